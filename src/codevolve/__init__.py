@@ -1,0 +1,3 @@
+"""codevolve: distributed evolutionary code search."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,98 @@
+"""Plain-data (JSON-ready) forms of the values that cross process boundaries: tasks, evaluations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from codevolve.core.config import SandboxLimits
+from codevolve.core.program import CaseResult, Evaluation, ProgramStatus, StageResult
+from codevolve.core.task import Task
+
+
+def task_to_dict(task: Task) -> dict[str, Any]:
+    return {
+        "program_id": task.program_id,
+        "job_id": task.job_id,
+        "problem": task.problem,
+        "source": task.source,
+        "seed": task.seed,
+        "parent_scores": dict(task.parent_scores),
+        "limits": task.limits.model_dump(),
+        "attempt": task.attempt,
+    }
+
+
+def task_from_dict(data: dict[str, Any]) -> Task:
+    return Task(
+        program_id=str(data["program_id"]),
+        job_id=str(data["job_id"]),
+        problem=str(data["problem"]),
+        source=str(data["source"]),
+        seed=int(data["seed"]),
+        parent_scores={str(k): float(v) for k, v in data.get("parent_scores", {}).items()},
+        limits=SandboxLimits.model_validate(data.get("limits", {})),
+        attempt=int(data.get("attempt", 1)),
+    )
+
+
+def case_to_list(case: CaseResult) -> list[Any]:
+    return [case.key, case.cost, case.detail]
+
+
+def case_from_list(data: list[Any]) -> CaseResult:
+    return CaseResult(key=str(data[0]), cost=float(data[1]), detail=str(data[2]))
+
+
+def stage_to_dict(stage: StageResult) -> dict[str, Any]:
+    return {
+        "stage": stage.stage,
+        "passed": stage.passed,
+        "score": stage.score,
+        "metrics": dict(stage.metrics),
+        "heldout": dict(stage.heldout),
+        "features": dict(stage.features),
+        "cases": [case_to_list(c) for c in stage.cases],
+        "feedback": stage.feedback,
+        "error": stage.error,
+        "artifacts": dict(stage.artifacts),
+        "duration_s": stage.duration_s,
+    }
+
+
+def stage_from_dict(data: dict[str, Any]) -> StageResult:
+    score = data.get("score")
+    return StageResult(
+        stage=str(data["stage"]),
+        passed=bool(data["passed"]),
+        score=None if score is None else float(score),
+        metrics={str(k): float(v) for k, v in data.get("metrics", {}).items()},
+        heldout={str(k): float(v) for k, v in data.get("heldout", {}).items()},
+        features={str(k): float(v) for k, v in data.get("features", {}).items()},
+        cases=tuple(case_from_list(c) for c in data.get("cases", [])),
+        feedback=str(data.get("feedback", "")),
+        error=data.get("error"),
+        artifacts={str(k): str(v) for k, v in data.get("artifacts", {}).items()},
+        duration_s=float(data.get("duration_s", 0.0)),
+    )
+
+
+def evaluation_to_dict(evaluation: Evaluation) -> dict[str, Any]:
+    return {
+        "program_id": evaluation.program_id,
+        "job_id": evaluation.job_id,
+        "status": evaluation.status.value,
+        "stages": [stage_to_dict(s) for s in evaluation.stages],
+        "worker": evaluation.worker,
+        "duration_s": evaluation.duration_s,
+    }
+
+
+def evaluation_from_dict(data: dict[str, Any]) -> Evaluation:
+    return Evaluation(
+        program_id=str(data["program_id"]),
+        job_id=str(data["job_id"]),
+        status=ProgramStatus(data["status"]),
+        stages=tuple(stage_from_dict(s) for s in data["stages"]),
+        worker=str(data.get("worker", "")),
+        duration_s=float(data.get("duration_s", 0.0)),
+    )

@@ -1,0 +1,73 @@
+"""Job configuration: frozen, validated, documented field by field, stored with the job.
+
+Config never holds live objects; composition roots turn it into engines, queues and clients.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SandboxLimits(_Frozen):
+    """Resource limits for one sandboxed call of a candidate."""
+
+    wall_s: float = Field(10.0, gt=0, le=3600, description="wall-clock limit, seconds")
+    cpu_s: float = Field(10.0, gt=0, le=3600, description="CPU-time limit, seconds")
+    memory_mb: int = Field(1024, ge=64, le=1 << 20, description="address-space limit, MiB")
+    output_bytes: int = Field(
+        65536, ge=1024, le=1 << 26, description="stdout/stderr kept per call, bytes"
+    )
+
+
+class ProposerConfig(_Frozen):
+    """Which proposer makes the diffs. ``simulated`` needs no network."""
+
+    kind: Literal["simulated"] = "simulated"
+    domain_weight: float = Field(
+        0.85, ge=0, le=1, description="probability of a problem's domain mutation over a generic one"
+    )
+
+
+class RunConfig(_Frozen):
+    """Everything that defines one evolution run of one problem."""
+
+    problem: str = Field(description="registered problem name, e.g. 'gemm-tiling'")
+    seed: int = Field(0, ge=0, description="seed of every random choice of the run")
+    max_proposals: int = Field(1000, ge=1, description="budget: proposals made (applied or not)")
+    max_wall_s: float | None = Field(None, gt=0, description="budget: wall-clock seconds")
+    islands: int = Field(4, ge=1, le=256, description="independent sub-populations")
+    max_in_flight: int = Field(
+        8, ge=1, le=4096, description="proposals being proposed or evaluated at once"
+    )
+    exploit_ratio: float = Field(
+        0.7, ge=0, le=1, description="probability of sampling a parent by rank instead of uniformly"
+    )
+    rank_temperature: float = Field(
+        4.0, gt=0, description="exploit sampling weight of the elite of rank r is exp(-r/temp)"
+    )
+    top_inspirations: int = Field(2, ge=0, le=32, description="best elites shown beside the parent")
+    diverse_inspirations: int = Field(
+        1, ge=0, le=32, description="random elites of other cells shown beside the parent"
+    )
+    migration_interval: int = Field(
+        100, ge=0, description="proposals between migrations (0 disables migration)"
+    )
+    migrants: int = Field(1, ge=0, description="best elites each island sends to the next one")
+    reset_interval: int = Field(
+        0, ge=0, description="proposals between resets of the worse half of islands (0: never)"
+    )
+    max_code_length: int = Field(20000, ge=100, description="longest child accepted, characters")
+    sandbox: SandboxLimits = SandboxLimits()
+    proposer: ProposerConfig = ProposerConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        if self.reset_interval and self.islands < 2:
+            raise ValueError("reset_interval needs at least 2 islands")
+        return self

@@ -1,0 +1,82 @@
+"""SEARCH/REPLACE edits as values, and their canonical text form.
+
+The canonical block is the one every proposer emits and every parser accepts::
+
+    <<<<<<< SEARCH
+    old lines
+    =======
+    new lines
+    >>>>>>> REPLACE
+
+Rendering lives here (pure text) so that proposers and problems can emit diffs without depending on
+the parser in ``prompt_sampler``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+SEARCH_MARKER = "<<<<<<< SEARCH"
+DIVIDER_MARKER = "======="
+REPLACE_MARKER = ">>>>>>> REPLACE"
+EVOLVE_START = "# EVOLVE-BLOCK-START"
+EVOLVE_END = "# EVOLVE-BLOCK-END"
+
+
+@dataclass(frozen=True, slots=True)
+class Hunk:
+    """Replace the exact text ``search`` (one occurrence) by ``replace``."""
+
+    search: str
+    replace: str
+
+    def render(self) -> str:
+        return "\n".join(
+            [SEARCH_MARKER, self.search.rstrip("\n"), DIVIDER_MARKER, self.replace.rstrip("\n"),
+             REPLACE_MARKER]
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Diff:
+    """An ordered list of hunks, applied one after the other."""
+
+    hunks: tuple[Hunk, ...]
+
+    def render(self) -> str:
+        return "\n\n".join(h.render() for h in self.hunks) + "\n"
+
+
+class ApplyFailureKind(StrEnum):
+    """Why an answer could not be turned into a child program."""
+
+    EMPTY = "empty"  # no blocks and no full rewrite in the answer
+    MALFORMED = "malformed"  # markers present but not a well-formed block
+    NO_MATCH = "no_match"  # a SEARCH text occurs nowhere in the parent
+    AMBIGUOUS = "ambiguous"  # a SEARCH text occurs more than once
+    OUTSIDE_EVOLVE_BLOCK = "outside_evolve_block"  # the edit touches fixed code
+    NO_CHANGE = "no_change"  # the child equals the parent
+    SYNTAX_ERROR = "syntax_error"  # the child does not parse
+    TOO_LONG = "too_long"  # the child exceeds the configured code length
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyFailure:
+    """A typed failure to apply an answer; ``hunk_index`` names the block at fault, if any."""
+
+    kind: ApplyFailureKind
+    message: str
+    hunk_index: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """A successfully applied answer: the child's source and the diff that made it."""
+
+    source: str
+    diff_text: str
+    full_rewrite: bool
+
+
+ApplyOutcome = Applied | ApplyFailure

@@ -1,0 +1,149 @@
+"""The contract between problems, the cascade runner and the proposers.
+
+A problem is trusted code. It owns an initial program, a cascade of stages, feature descriptors
+and (optionally) domain mutations. A stage never runs the candidate in its own process: it asks the
+:class:`Candidate` handle, which runs the candidate's entry point in a sandboxed child process and
+returns plain data; the stage then judges that data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol, TypeAlias
+
+import numpy as np
+
+from codevolve.core.program import StageResult
+from codevolve.core.prompt import Prompt
+
+JSONValue: TypeAlias = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
+
+
+class SandboxErrorKind(StrEnum):
+    TIMEOUT = "timeout"  # wall or CPU limit
+    MEMORY = "memory"  # address-space limit
+    CRASH = "crash"  # killed by a signal or exited without a result
+    EXCEPTION = "exception"  # the candidate raised
+    INVALID_OUTPUT = "invalid_output"  # returned something that is not plain data
+    LOAD_ERROR = "load_error"  # the source did not compile or lacks the entry point
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxReply:
+    """The result of calling a candidate's entry point on a batch of argument tuples."""
+
+    values: tuple[JSONValue, ...] | None  # one per argument tuple; None on error
+    error_kind: SandboxErrorKind | None = None
+    error: str = ""  # a short message, with the traceback tail for exceptions
+    stdout: str = ""  # capped
+    stderr: str = ""  # capped
+    duration_s: float = 0.0  # seconds, wall, as measured outside the child
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+
+class Candidate(Protocol):
+    """A program under evaluation, as a stage sees it."""
+
+    @property
+    def source(self) -> str: ...
+
+    def call(self, entry: str, args: Sequence[Sequence[JSONValue]]) -> SandboxReply:
+        """Run ``entry(*a)`` for each ``a`` in ``args`` in one fresh sandboxed child."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """When a stage lets a program through: score >= absolute and >= relative * parent's score.
+
+    The parent-relative part is skipped when the parent has no score for the stage.
+    """
+
+    absolute: float | None = None
+    relative: float | None = None
+
+    def passes(self, score: float | None, parent_score: float | None) -> bool:
+        if score is None:
+            return False
+        if self.absolute is not None and score < self.absolute:
+            return False
+        return not (
+            self.relative is not None and parent_score is not None
+            and score < self.relative * parent_score
+        )
+
+
+class Stage(Protocol):
+    """One step of a cascade, cheap ones first."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def threshold(self) -> Threshold | None: ...
+
+    def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
+        """Judge the candidate. Errors of the candidate are a failed result, never an exception."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureSpec:
+    """One MAP-Elites descriptor: values in [low, high] are cut into ``bins`` equal bins."""
+
+    name: str
+    low: float
+    high: float
+    bins: int
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """A reference score of the problem on the selection split and on the held-out split."""
+
+    name: str
+    train: float
+    test: float | None = None
+
+
+class Mutation(Protocol):
+    """A domain mutation for the simulated proposer: emits SEARCH/REPLACE text or None."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def propose(self, prompt: Prompt, rng: np.random.Generator) -> str | None: ...
+
+
+class Problem(Protocol):
+    """An evaluation target."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str:
+        """The task, the metric and the rules, as the proposer should read them."""
+        ...
+
+    @property
+    def initial_program(self) -> str: ...
+
+    @property
+    def stages(self) -> Sequence[Stage]: ...
+
+    @property
+    def features(self) -> Sequence[FeatureSpec]: ...
+
+    def mutations(self) -> Sequence[Mutation]:
+        """Domain mutations; may be empty."""
+        ...
+
+    def baselines(self) -> Sequence[Baseline]:
+        """Reference scores for the final report; may be empty."""
+        ...
