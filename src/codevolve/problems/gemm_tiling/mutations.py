@@ -1,0 +1,574 @@
+"""Domain mutations for gemm tiling: edits of the rule list that ``choose_config`` is made of.
+
+A program in this problem's shape reads::
+
+    def choose_config(M, N, K):
+        if M <= 32:                                   # a rule: tests of M, N, K against ints
+            return GemmConfig(32, 64, 64, 2, 3, 8)
+        ...
+        return GemmConfig(128, 128, 64, 4, 3, 8)      # the final config
+
+The six mutations change one field of a rule's config (``field``), one threshold of a test
+(``threshold``), insert a rule (``add_rule``), delete one (``delete_rule``), copy one from an
+inspiration (``borrow``), or insert one aimed at a shape where the parent is furthest from the
+best cost the job has seen (``directed``). Programs are read with ``ast`` and never run; statements
+that are not rules are left alone. New configs are launchable where a launchable choice exists.
+Each mutation emits one SEARCH/REPLACE hunk, unique in the parent and confined to the EVOLVE block,
+whose child parses.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import operator
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeGuard
+
+import numpy as np
+from numpy.random import Generator
+
+from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Diff, Hunk
+from codevolve.core.problem import Mutation
+from codevolve.core.prompt import BestCase, Prompt
+from codevolve.problems.gemm_tiling.initial_program import GemmConfig
+
+FIELD_VALUES: dict[str, tuple[int, ...]] = {
+    "block_m": (16, 32, 64, 128, 256),
+    "block_n": (16, 32, 64, 128, 256),
+    "block_k": (16, 32, 64, 128),
+    "num_warps": (1, 2, 4, 8),
+    "num_stages": (1, 2, 3, 4, 5),
+    "group_m": (1, 4, 8),
+}
+M_THRESHOLDS = tuple(2**i for i in range(14))  # 1 .. 8192
+NK_THRESHOLDS = (1024, 1280, 3584, 4096, 6144, 7168, 8192, 14336, 28672)
+SHAPE_M = (1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)  # the benchmark's M values
+SHAPE_NK = (  # (N, K) of the Llama-3.1-8B and 70B/TP8 projections
+    (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),
+    (1280, 8192), (8192, 1024), (7168, 8192), (8192, 3584),
+)  # fmt: skip
+MAX_REGISTERS = 255  # per thread
+MAX_SHARED_BYTES = 232448  # per block: 227 KiB
+ATTEMPTS = 8  # random draws per proposal before a mutation gives up
+GAP_TOLERANCE = 1e-6  # relative; a smaller gap to the best cost is noise, not a target
+BEST_SHARE = 0.5  # how often the directed mutation copies the best config seen for its shape
+# Coherent moves of the directed mutation: (field, steps along its value list) changed together,
+# e.g. a taller tile with more warps, a narrower one with a deeper pipeline.
+COHERENT_MOVES: tuple[tuple[tuple[str, int], ...], ...] = (
+    (("block_m", 1), ("num_warps", 1)), (("block_m", -1), ("num_warps", -1)),
+    (("block_n", 1), ("num_warps", 1)), (("block_n", -1), ("num_stages", 1)),
+    (("block_k", 1), ("num_stages", -1)), (("block_k", -1), ("num_stages", 1)),
+    (("block_m", 1), ("block_n", -1)), (("block_m", -1), ("block_n", 1)),
+    (("num_stages", 1),), (("num_stages", -1),), (("num_warps", 1),), (("num_warps", -1),),
+    (("group_m", 1),), (("group_m", -1),),
+)  # fmt: skip
+
+Shape = tuple[int, int, int]  # (M, N, K)
+TRAIN_GRID: tuple[Shape, ...] = tuple((m, n, k) for m in SHAPE_M for n, k in SHAPE_NK)
+_COMPARISONS: dict[type[ast.cmpop], Callable[[int, int], bool]] = {
+    ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.Eq: operator.eq, ast.NotEq: operator.ne,
+}  # fmt: skip
+_SHAPE_PART = {dim: re.compile(rf"\b{dim}\s*=\s*(\d+)") for dim in "MNK"}
+_CONFIG_TEXT = re.compile(r"GemmConfig\([^)]*\)")
+
+
+def launchable(config: GemmConfig) -> bool:
+    """Registers, shared memory and warps within the launch limits of DESIGN section 8."""
+    bm, bn, bk, warps, stages, _ = config
+    registers = bm * bn / (32 * warps) + 40
+    shared = stages * (bm + bn) * bk * 2  # bytes, bf16
+    return registers <= MAX_REGISTERS and shared <= MAX_SHARED_BYTES and warps <= bm * bn / 256
+
+
+# ------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One ``if test: return GemmConfig(...)``, or the final return when ``test`` is None."""
+
+    start: int  # first line, 0-based
+    end: int  # one past the last line
+    test: ast.expr | None
+    call: ast.Call  # the GemmConfig(...) call
+    config: GemmConfig
+
+    @property
+    def key(self) -> str:
+        """Equal for rules with the same test, however it is spaced."""
+        return "final" if self.test is None else ast.dump(self.test)
+
+
+@dataclass(frozen=True, slots=True)
+class LineEdit:
+    start: int  # 0-based
+    end: int
+    new_lines: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RuleProgram:
+    """A parent read as rules; edits stay inside lines ``[low, high)``, its EVOLVE block."""
+
+    source: str
+    lines: list[str]
+    rules: tuple[Rule, ...]  # the conditional rules, in order
+    final: Rule | None
+    indent: str  # of a rule's ``if``
+    step: str  # added indentation of its ``return``
+    low: int
+    high: int
+
+    @property
+    def all_rules(self) -> tuple[Rule, ...]:
+        return self.rules if self.final is None else (*self.rules, self.final)
+
+    def config_for(self, shape: Shape) -> tuple[int, GemmConfig | None]:
+        """The index of the first rule that takes the shape (len(rules): none) and its config."""
+        for index, rule in enumerate(self.rules):
+            if rule.test is not None and holds(rule.test, shape):
+                return index, rule.config
+        return len(self.rules), None if self.final is None else self.final.config
+
+    def render(self, edit: LineEdit) -> str | None:
+        """The edit as SEARCH/REPLACE text, or None when no unique hunk makes a parsable child."""
+        hunk = _unique_hunk(self, edit)
+        if hunk is None or not _parses(self.source.replace(hunk.search, hunk.replace, 1)):
+            return None
+        return Diff((hunk,)).render()
+
+
+def read_program(source: str) -> RuleProgram | None:
+    """The parent as rules, or None when it has no ``choose_config`` of rules in an EVOLVE block."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    lines = source.split("\n")
+    block = _evolve_block(lines)
+    function = next(
+        (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "choose_config"), None
+    )
+    if function is None or block is None:
+        return None
+    if not block[0] <= function.lineno - 1 < (function.end_lineno or 0) <= block[1]:
+        return None
+    rules, final = [], None
+    for statement in function.body:
+        rule = _read_rule(statement)
+        if rule is not None and rule.test is None:
+            final = rule
+            break  # what follows is unreachable
+        if rule is not None:
+            rules.append(rule)
+    anchor = rules[0] if rules else final
+    if anchor is None:
+        return None
+    indent = _indentation(lines[anchor.start])
+    step = _indentation(lines[rules[0].call.lineno - 1])[len(indent) :] if rules else ""
+    return RuleProgram(source, lines, tuple(rules), final, indent, step or "    ", *block)
+
+
+def _read_rule(statement: ast.stmt) -> Rule | None:
+    start, end = statement.lineno - 1, statement.end_lineno or statement.lineno
+    if isinstance(statement, ast.Return) and isinstance(statement.value, ast.Call):
+        config = read_config(statement.value)
+        return None if config is None else Rule(start, end, None, statement.value, config)
+    if not isinstance(statement, ast.If) or statement.orelse or len(statement.body) != 1:
+        return None
+    inner = _read_rule(statement.body[0])
+    if inner is None or inner.test is not None or not understood(statement.test):
+        return None
+    return Rule(start, end, statement.test, inner.call, inner.config)
+
+
+def read_config(call: ast.Call) -> GemmConfig | None:
+    """The config of a ``GemmConfig(...)`` call of six int literals, positional or by name."""
+    if not (isinstance(call.func, ast.Name) and call.func.id == "GemmConfig"):
+        return None
+    values = dict(zip(GemmConfig._fields, call.args, strict=False))
+    for keyword in call.keywords:
+        if keyword.arg is None or keyword.arg in values:
+            return None
+        values[keyword.arg] = keyword.value
+    ints = [_int(values[name]) for name in GemmConfig._fields if name in values]
+    checked = [v for v in ints if v is not None]
+    return GemmConfig(*checked) if len(checked) == 6 and len(values) == 6 else None
+
+
+def _int(node: ast.expr) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return int(node.value)
+    return None
+
+
+def understood(test: ast.expr) -> bool:
+    """Comparisons of M, N, K and int literals, joined by and, or, not."""
+    if isinstance(test, ast.BoolOp):
+        return all(understood(v) for v in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return understood(test.operand)
+    if isinstance(test, ast.Compare):
+        operands = (test.left, *test.comparators)
+        return all(_is_dim(o) or _int(o) is not None for o in operands)
+    return False
+
+
+def holds(test: ast.expr, shape: Shape) -> bool:
+    """Whether the shape meets an understood test (the program itself never runs here)."""
+    if isinstance(test, ast.BoolOp):
+        results = (holds(v, shape) for v in test.values)
+        return all(results) if isinstance(test.op, ast.And) else any(results)
+    if isinstance(test, ast.UnaryOp):
+        return not holds(test.operand, shape)
+    if not isinstance(test, ast.Compare):
+        return False
+    values = [_operand(o, shape) for o in (test.left, *test.comparators)]
+    pairs = zip(test.ops, values, values[1:], strict=False)
+    return all(
+        a is not None and b is not None and _COMPARISONS[type(op)](a, b) for op, a, b in pairs
+    )
+
+
+def _operand(node: ast.expr, shape: Shape) -> int | None:
+    return shape["MNK".index(node.id)] if _is_dim(node) else _int(node)
+
+
+def _is_dim(node: ast.expr) -> TypeGuard[ast.Name]:
+    return isinstance(node, ast.Name) and node.id in ("M", "N", "K")
+
+
+def _indentation(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+def _evolve_block(lines: list[str]) -> tuple[int, int] | None:
+    """Lines strictly between the first START marker and the END after it; all without markers."""
+    starts = [i for i, line in enumerate(lines) if line.strip().startswith(EVOLVE_START)]
+    ends = [i for i, line in enumerate(lines) if line.strip().startswith(EVOLVE_END)]
+    if not starts and not ends:
+        return 0, len(lines)
+    after = [e for e in ends if starts and e > starts[0]]
+    return (starts[0] + 1, after[0]) if after else None
+
+
+def _parses(source: str) -> bool:
+    try:
+        ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _unique_hunk(program: RuleProgram, edit: LineEdit) -> Hunk | None:
+    """The edit as a hunk whose SEARCH occurs once, widened by context lines inside the block.
+
+    Neither side may be empty or start or end with a blank line (appliers may trim those).
+    """
+    lines, low, high = program.lines, edit.start, edit.end
+    for grow_after in [True, False] * len(lines):
+        search = "\n".join(lines[low:high])
+        replace = "\n".join([*lines[low : edit.start], *edit.new_lines, *lines[edit.end : high]])
+        edges_blank = low == high or not lines[low].strip() or not lines[high - 1].strip()
+        if not edges_blank and replace.strip() and _occurrences(program.source, search) == 1:
+            return Hunk(search, replace)
+        if grow_after and high < program.high:
+            high += 1
+        elif low > program.low:
+            low -= 1
+        elif high < program.high:
+            high += 1
+        else:
+            return None
+    return None
+
+
+def _occurrences(text: str, needle: str) -> int:
+    """How often ``needle`` occurs in ``text``, overlapping occurrences included."""
+    count, at = 0, text.find(needle)
+    while at != -1:
+        count += 1
+        at = text.find(needle, at + 1)
+    return count
+
+
+# ------------------------------------------------------------------- editing
+
+
+def render(config: GemmConfig) -> str:
+    return f"GemmConfig({', '.join(str(v) for v in config)})"
+
+
+def _set_config(program: RuleProgram, rule: Rule, config: GemmConfig) -> LineEdit:
+    """Rewrite the rule's ``GemmConfig(...)`` call in place, keeping what surrounds it."""
+    call, first = rule.call, rule.call.lineno - 1
+    last = (call.end_lineno or call.lineno) - 1
+    head = program.lines[first].encode()[: call.col_offset].decode()
+    tail = program.lines[last].encode()[call.end_col_offset :].decode()
+    return LineEdit(first, last + 1, (head + render(config) + tail,))
+
+
+def _insert(program: RuleProgram, index: int, test: str, config: GemmConfig) -> LineEdit | None:
+    """Insert a rule before rule ``index`` (the final return when index == len(rules))."""
+    anchor = program.all_rules[index] if index < len(program.all_rules) else None
+    if anchor is None:
+        return None
+    new = (f"{program.indent}if {test}:", f"{program.indent}{program.step}return {render(config)}")
+    return LineEdit(anchor.start, anchor.start, new)
+
+
+def _alive(program: RuleProgram, index: int, test: ast.expr) -> bool:
+    """Whether a rule inserted before rule ``index`` would take at least one benchmark shape."""
+    earlier = [r.test for r in program.rules[:index] if r.test is not None]
+    return any(holds(test, s) and not any(holds(t, s) for t in earlier) for s in TRAIN_GRID)
+
+
+def _neighbours(config: GemmConfig) -> list[GemmConfig]:
+    """Configs one step away along one field."""
+    moves = [((name, step),) for name in GemmConfig._fields for step in (-1, 1)]
+    return [c for c in (_move(config, m) for m in moves) if c is not None]
+
+
+def _move(config: GemmConfig, move: Sequence[tuple[str, int]]) -> GemmConfig | None:
+    """The config with each named field stepped along its value list; None past an end."""
+    changes = {}
+    for name, step in move:
+        values, current = FIELD_VALUES[name], getattr(config, name)
+        position = min(range(len(values)), key=lambda i: abs(values[i] - current)) + step
+        if not 0 <= position < len(values):
+            return None
+        changes[name] = values[position]
+    moved = config._replace(**changes)
+    return None if moved == config else moved
+
+
+def _pick(options: Sequence[GemmConfig], rng: Generator) -> GemmConfig | None:
+    """A random option, from the launchable ones when there are any."""
+    pool = [o for o in options if launchable(o)] or list(options)
+    return pool[int(rng.integers(len(pool)))] if pool else None
+
+
+def _choice(options: Sequence[str], weights: Sequence[float], rng: Generator) -> str:
+    p = np.asarray(weights, dtype=float)
+    return options[int(rng.choice(len(options), p=p / p.sum()))]
+
+
+def _below(value: int, ladder: Sequence[int]) -> int | None:
+    return max((v for v in ladder if v < value), default=None)
+
+
+# ----------------------------------------------------------------- mutations
+
+RuleEdit = Callable[[RuleProgram, Prompt, Generator], LineEdit | None]
+
+
+@dataclass(frozen=True, slots=True)
+class GemmMutation:
+    """A mutation of the rule list: ``edit`` draws one edit, which may not render; redraw then."""
+
+    kind: str
+    edit: RuleEdit
+
+    def propose(self, prompt: Prompt, rng: Generator) -> str | None:
+        program = read_program(prompt.parent.source)
+        if program is None:
+            return None
+        for _ in range(ATTEMPTS):
+            edit = self.edit(program, prompt, rng)
+            text = None if edit is None else program.render(edit)
+            if text is not None:
+                return text
+        return None
+
+
+def gemm_mutations() -> tuple[Mutation, ...]:
+    return (
+        GemmMutation("field", field_edit),
+        GemmMutation("threshold", threshold_edit),
+        GemmMutation("add_rule", add_rule_edit),
+        GemmMutation("delete_rule", delete_rule_edit),
+        GemmMutation("borrow", borrow_edit),
+        GemmMutation("directed", directed_edit),
+    )
+
+
+def field_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineEdit | None:
+    """One field of one rule's config moves to a neighbouring value."""
+    rule = program.all_rules[int(rng.integers(len(program.all_rules)))]
+    config = _pick(_neighbours(rule.config), rng)
+    return None if config is None else _set_config(program, rule, config)
+
+
+def threshold_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineEdit | None:
+    """One constant of one test moves to a neighbouring M (powers of two) or N/K value."""
+    sites = [site for rule in program.rules if rule.test for site in _thresholds(rule.test)]
+    if not sites:
+        return None
+    node, value, dim = sites[int(rng.integers(len(sites)))]
+    ladder = M_THRESHOLDS if dim == "M" else NK_THRESHOLDS
+    above = min((v for v in ladder if v > value), default=None)
+    options = [v for v in (_below(value, ladder), above) if v is not None]
+    if not options or node.end_col_offset is None or node.end_lineno != node.lineno:
+        return None
+    row, raw = node.lineno - 1, program.lines[node.lineno - 1].encode()
+    new = str(options[int(rng.integers(len(options)))])
+    line = raw[: node.col_offset].decode() + new + raw[node.end_col_offset :].decode()
+    return LineEdit(row, row + 1, (line,))
+
+
+def _thresholds(test: ast.expr) -> list[tuple[ast.expr, int, str]]:
+    """Each int literal compared with M, N or K: the node, its value and the dimension."""
+    sites = []
+    for node in ast.walk(test):
+        operands = [node.left, *node.comparators] if isinstance(node, ast.Compare) else []
+        for a, b in itertools.pairwise(operands):
+            for name, literal in ((a, b), (b, a)):
+                value = _int(literal)
+                if _is_dim(name) and value is not None:
+                    sites.append((literal, value, name.id))
+    return sites
+
+
+def add_rule_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineEdit | None:
+    """A new rule on an M range (sometimes also N or K) with a neighbour's config, changed."""
+    index = int(rng.integers(len(program.rules) + 1))
+    text = _random_test(rng)
+    if not _alive(program, index, ast.parse(text, mode="eval").body):
+        return None
+    around = program.all_rules[max(index - 1, 0) : index + 1]
+    if not around:
+        return None
+    config = _pick(_neighbours(around[int(rng.integers(len(around)))].config), rng)
+    return None if config is None else _insert(program, index, text, config)
+
+
+def _random_test(rng: Generator) -> str:
+    top = int(rng.integers(1, len(SHAPE_M)))
+    high, low = SHAPE_M[top], SHAPE_M[top - int(rng.integers(1, min(3, top) + 1))]
+    form = _choice(("le", "range", "gt"), (2, 3, 1), rng)
+    parts = {"le": f"M <= {high}", "range": f"M > {low} and M <= {high}", "gt": f"M > {low}"}
+    if rng.random() >= 0.3:
+        return parts[form]
+    n, k = SHAPE_NK[int(rng.integers(len(SHAPE_NK)))]
+    nk_part = _choice((f"N == {n}", f"K == {k}", f"N >= {n}", f"K >= {k}"), (2, 2, 1, 1), rng)
+    return f"{parts[form]} and {nk_part}"
+
+
+def delete_rule_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineEdit | None:
+    """One conditional rule goes; the final return always stays."""
+    if not program.rules:
+        return None
+    rule = program.rules[int(rng.integers(len(program.rules)))]
+    return LineEdit(rule.start, rule.end, ())
+
+
+def borrow_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineEdit | None:
+    """A rule of an inspiration the parent lacks: it replaces the parent's rule with the same test,
+    or goes after the parent's copy of the rule it follows in the inspiration."""
+    ours = {(r.key, r.config) for r in program.all_rules}
+    candidates = [
+        (other, position, rule)
+        for other in filter(None, (read_program(view.source) for view in prompt.inspirations))
+        for position, rule in enumerate(other.all_rules)
+        if (rule.key, rule.config) not in ours
+    ]
+    if not candidates:
+        return None
+    other, position, rule = candidates[int(rng.integers(len(candidates)))]
+    keys = [r.key for r in program.all_rules]
+    if rule.key in keys:
+        return _set_config(program, program.all_rules[keys.index(rule.key)], rule.config)
+    if rule.test is None:  # the parent has no final return to give the inspiration's config
+        return None
+    anchors = (keys.index(r.key) + 1 for r in reversed(other.rules[:position]) if r.key in keys)
+    index = next(anchors, min(position, len(program.rules)))
+    return _insert(program, index, ast.unparse(rule.test), rule.config)
+
+
+def directed_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineEdit | None:
+    """A rule for the region of a shape where the parent trails the best cost seen, placed
+    before the rule that takes the shape now (or that rule's config replaced, same test)."""
+    target = _target_case(prompt, rng)
+    if target is None:
+        return None
+    shape, best = target
+    index, current = program.config_for(shape)
+    config = _directed_config(current, best, rng)
+    if config is None:
+        return None
+    text = _directed_test(shape, rng)
+    if index < len(program.rules) and program.rules[index].key == _key_of(text):
+        return _set_config(program, program.rules[index], config)
+    return _insert(program, index, text, config)
+
+
+def _key_of(test: str) -> str:
+    return ast.dump(ast.parse(test, mode="eval").body)
+
+
+def _target_case(prompt: Prompt, rng: Generator) -> tuple[Shape, BestCase] | None:
+    """A case of the parent drawn with weight (gap - 1), gap = parent's cost / best cost seen."""
+    targets: list[tuple[Shape, BestCase]] = []
+    weights: list[float] = []
+    for case in prompt.parent.cases:
+        best = prompt.best_cases.get(case.key)
+        shape = parse_shape(case.key)
+        if best is None or shape is None or not best.cost > 0:
+            continue
+        gap = case.cost / best.cost
+        if 1 + GAP_TOLERANCE < gap < float("inf"):
+            targets.append((shape, best))
+            weights.append(gap - 1)
+    if not targets:
+        return None
+    p = np.asarray(weights) / sum(weights)
+    return targets[int(rng.choice(len(targets), p=p))]
+
+
+def _directed_config(
+    current: GemmConfig | None, best: BestCase, rng: Generator
+) -> GemmConfig | None:
+    """The best config seen for the shape, or the current one changed coherently."""
+    best_config = parse_config(best.detail)
+    differs = best_config is not None and best_config != current
+    if differs and (current is None or rng.random() < BEST_SHARE):
+        return best_config
+    if current is None:
+        return None
+    return _pick([c for c in (_move(current, m) for m in COHERENT_MOVES) if c is not None], rng)
+
+
+def _directed_test(shape: Shape, rng: Generator) -> str:
+    """A test that holds for the shape: sometimes exactly it, more often a region around it."""
+    m, n, k = shape
+    if rng.random() < 0.2:
+        return f"M == {m} and N == {n} and K == {k}"
+    low = _below(m, SHAPE_M)
+    form = _choice(("le", "range", "ge"), (2, 4 if low is not None else 0, 1), rng)
+    m_part = {"le": f"M <= {m}", "range": f"M > {low} and M <= {m}", "ge": f"M >= {m}"}[form]
+    parts = ("", f"N == {n}", f"K == {k}", f"N == {n} and K == {k}", f"K >= {k}", f"N >= {n}")
+    nk_part = _choice(parts, (3, 2, 2, 2, 1, 1), rng)
+    return f"{m_part} and {nk_part}" if nk_part else m_part
+
+
+def parse_shape(key: str) -> Shape | None:
+    """(M, N, K) from a case key such as ``"M=16 N=6144 K=4096"``."""
+    found = [_SHAPE_PART[dim].search(key) for dim in "MNK"]
+    values = [int(f.group(1)) for f in found if f is not None]
+    return (values[0], values[1], values[2]) if len(values) == 3 else None
+
+
+def parse_config(detail: str) -> GemmConfig | None:
+    """The config in a case detail such as ``"GemmConfig(64, 128, 64, 4, 3, 8)"``."""
+    found = _CONFIG_TEXT.search(detail)
+    if found is None:
+        return None
+    try:
+        call = ast.parse(found.group(0), mode="eval").body
+    except SyntaxError:
+        return None
+    return read_config(call) if isinstance(call, ast.Call) else None

@@ -1,0 +1,228 @@
+"""The evaluation cascade of gemm-tiling, cheap to expensive: static, probe, train.
+
+The candidate only maps (M, N, K) to six integers inside the sandbox; every check and every timing
+happens here, in trusted code, under the cost model.
+
+1. ``static``: parse the source (never run it) and check every literal config; then call the
+   candidate on all 88 shapes plus unseen ones drawn fresh each evaluation. Every answer must be
+   a valid, launchable config. Score 1.0 on pass.
+2. ``probe``: six train shapes (each regime, both models); geomean speedup over the expert. A child
+   must keep 90% of its parent's probe score: losing more than that on a spread of regimes
+   rarely turns into a gain over all 44 train shapes, and it saves the larger call.
+3. ``train``: the 44 train shapes, scored and shown to proposers as per-shape cases. The 44 test
+   shapes are scored in the same call but only reported as held-out metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from codevolve.core.problem import Candidate, SandboxReply, Threshold
+from codevolve.core.program import CaseResult, StageResult
+from codevolve.problems.gemm_tiling.baselines import (
+    ShapeScore,
+    geomean,
+    geomean_over_oracle,
+    geomean_speedup,
+    score_configs,
+)
+from codevolve.problems.gemm_tiling.shapes import (
+    PROJECTIONS,
+    GemmShape,
+    all_shapes,
+    heldout_shapes,
+    probe_shapes,
+    train_shapes,
+)
+from codevolve.problems.gemm_tiling.space import GemmConfig, validate
+from codevolve.problems.gemm_tiling.static_check import ENTRY_POINT, check_source
+
+DECODE_FEATURE_MAX_M = 64  # the decode_speedup feature covers train shapes with M <= 64
+UNSEEN_PAIRS = 4  # fresh (N, K) pairs per evaluation, multiples of 128
+UNSEEN_RANDOM_M = 16  # fresh random M per evaluation
+MAX_UNSEEN_M = 16384
+LARGE_POWERS_OF_TWO = tuple(2**e for e in range(7, 15))  # 128 .. 16384
+PROBE_THRESHOLD = Threshold(relative=0.9)  # keep 90% of the parent's probe score
+
+
+def _sandbox_error(stage: str, reply: SandboxReply) -> StageResult:
+    kind = reply.error_kind.value if reply.error_kind is not None else "error"
+    return StageResult(stage=stage, passed=False, score=None, error=f"{kind}: {reply.error}")
+
+
+def _shortened(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _configs_or_error(
+    shapes: Sequence[GemmShape], reply: SandboxReply, *, hidden: frozenset[GemmShape]
+) -> list[GemmConfig] | str:
+    """The candidate's answers as launchable configs, or why they are not.
+
+    Errors on ``hidden`` shapes (the held-out split) do not name the shape.
+    """
+    values = reply.values or ()
+    if len(values) != len(shapes):
+        return f"{ENTRY_POINT} answered {len(values)} of {len(shapes)} calls"
+    configs = []
+    for shape, value in zip(shapes, values, strict=True):
+        where = (
+            "a held-out shape"
+            if shape in hidden
+            else f"{ENTRY_POINT}({shape.m}, {shape.n}, {shape.k})"
+        )
+        config = validate(value)
+        if isinstance(config, str):
+            return f"{where} returned {_shortened(repr(value))}: {config}"
+        problem = config.launch_problem()
+        if problem is not None:
+            return f"{where} returned {config}, which cannot launch: {problem}"
+        configs.append(config)
+    return configs
+
+
+def static_grid(rng: np.random.Generator) -> tuple[GemmShape, ...]:
+    """The 88 shapes and unseen ones (M 1..64, large powers of two, random M; known and fresh
+    (N, K) pairs): about 200 calls, different each evaluation."""
+    pairs = [(p.n, p.k) for p in PROJECTIONS] + [
+        (128 * int(rng.integers(1, 257)), 128 * int(rng.integers(1, 129)))
+        for _ in range(UNSEEN_PAIRS)
+    ]
+
+    def any_pair() -> tuple[int, int]:
+        return pairs[int(rng.integers(len(pairs)))]
+
+    unseen = [GemmShape(m, *any_pair()) for m in range(1, 65)]
+    unseen += [GemmShape(m, n, k) for m in LARGE_POWERS_OF_TWO for n, k in pairs]
+    unseen += [
+        GemmShape(int(m), *any_pair())
+        for m in rng.integers(65, MAX_UNSEEN_M + 1, size=UNSEEN_RANDOM_M)
+    ]
+    known = {(s.m, s.n, s.k) for s in all_shapes()}
+    fresh = sorted({s for s in unseen if (s.m, s.n, s.k) not in known})
+    return all_shapes() + tuple(fresh)
+
+
+@dataclass(frozen=True, slots=True)
+class StaticStage:
+    """Every literal config launchable, and every answer on a wide grid valid and launchable."""
+
+    name: str = "static"
+    threshold: Threshold | None = None
+
+    def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
+        issues = check_source(candidate.source)
+        if issues:
+            shown = "; ".join(str(issue) for issue in issues[:3])
+            more = f" (+{len(issues) - 3} more)" if len(issues) > 3 else ""
+            return StageResult(
+                stage=self.name, passed=False, score=None, error=f"static check: {shown}{more}"
+            )
+        shapes = static_grid(rng)
+        reply = candidate.call(ENTRY_POINT, [s.args for s in shapes])
+        if not reply.ok:
+            return _sandbox_error(self.name, reply)
+        configs = _configs_or_error(shapes, reply, hidden=frozenset())
+        if isinstance(configs, str):
+            return StageResult(stage=self.name, passed=False, score=None, error=configs)
+        return StageResult(
+            stage=self.name,
+            passed=True,
+            score=1.0,
+            artifacts={"checked_shapes": str(len(shapes))},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeStage:
+    """Geomean speedup over the expert on six train shapes."""
+
+    name: str = "probe"
+    threshold: Threshold | None = PROBE_THRESHOLD
+
+    def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
+        del rng  # the probe shapes are fixed
+        shapes = probe_shapes()
+        reply = candidate.call(ENTRY_POINT, [s.args for s in shapes])
+        if not reply.ok:
+            return _sandbox_error(self.name, reply)
+        configs = _configs_or_error(shapes, reply, hidden=frozenset())
+        if isinstance(configs, str):
+            return StageResult(stage=self.name, passed=False, score=None, error=configs)
+        speedup = geomean_speedup(score_configs(shapes, configs))
+        return StageResult(
+            stage=self.name, passed=True, score=speedup, metrics={"probe_speedup": speedup}
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TrainStage:
+    """Geomean speedup over the expert on the 44 train shapes; the test split reported aside."""
+
+    name: str = "train"
+    threshold: Threshold | None = None
+
+    def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
+        del rng  # the splits are fixed
+        train, test = train_shapes(), heldout_shapes()
+        shapes = train + test
+        reply = candidate.call(ENTRY_POINT, [s.args for s in shapes])
+        if not reply.ok:
+            return _sandbox_error(self.name, reply)
+        configs = _configs_or_error(shapes, reply, hidden=frozenset(test))
+        if isinstance(configs, str):
+            return StageResult(stage=self.name, passed=False, score=None, error=configs)
+        train_scores = score_configs(train, configs[: len(train)])
+        test_scores = score_configs(test, configs[len(train) :])
+        return _train_result(self.name, train_scores, test_scores)
+
+
+def _train_result(stage: str, train: list[ShapeScore], test: list[ShapeScore]) -> StageResult:
+    speedup = geomean_speedup(train)
+    by_regime = {
+        regime: geomean_speedup(s for s in train if s.shape.regime == regime)
+        for regime in ("decode", "mid", "prefill")
+    }
+    metrics = {
+        "speedup": speedup,
+        "over_oracle": geomean_over_oracle(train),
+        **{f"speedup_{regime}": value for regime, value in by_regime.items()},
+    }
+    test_speedup = geomean_speedup(test)
+    heldout = {
+        "score": test_speedup,  # the held-out mirror of the score, read by the run report
+        "test_speedup": test_speedup,
+        "test_over_oracle": geomean_over_oracle(test),
+    }
+    features = {
+        "distinct_configs": float(len({s.config for s in train})),
+        "decode_speedup": geomean(s.speedup for s in train if s.shape.m <= DECODE_FEATURE_MAX_M),
+    }
+    cases = tuple(CaseResult(key=s.shape.key, cost=s.time_us, detail=str(s.config)) for s in train)
+    return StageResult(
+        stage=stage,
+        passed=True,
+        score=speedup,
+        metrics=metrics,
+        heldout=heldout,
+        features=features,
+        cases=cases,
+        feedback=_feedback(train, speedup, by_regime),
+    )
+
+
+def _feedback(train: list[ShapeScore], speedup: float, by_regime: dict[str, float]) -> str:
+    """Short text for the proposer: the regimes, and the shapes losing most to the expert."""
+    regimes = ", ".join(f"{regime} {value:.3f}x" for regime, value in by_regime.items())
+    worst = sorted(train, key=lambda s: s.speedup)[:3]
+    shapes = "; ".join(
+        f"{s.shape.key}: {s.config} {s.time_us:.1f} us ({s.speedup:.2f}x the expert)" for s in worst
+    )
+    return (
+        f"Geomean speedup over the expert on {len(train)} train shapes: {speedup:.3f}x "
+        f"({regimes}; M <= 16 decode, 32-512 mid, >= 1024 prefill). "
+        f"Slowest relative to the expert: {shapes}."
+    )

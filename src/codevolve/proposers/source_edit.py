@@ -1,0 +1,106 @@
+"""Line edits of a parent program rendered as SEARCH/REPLACE hunks that apply exactly once.
+
+A hunk's SEARCH text must occur exactly once in the parent, or the applier rejects it as ambiguous.
+:func:`line_hunk` starts from the lines being changed and widens the context line by line, never
+past the editable region, until the text is unique.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Hunk
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """Editable lines ``[start, end)`` of a program (0-based line indices)."""
+
+    start: int
+    end: int
+
+    def holds(self, first: int, last: int) -> bool:
+        """Whether the lines ``[first, last]`` lie wholly inside the region."""
+        return self.start <= first and last < self.end
+
+
+def editable_regions(lines: list[str]) -> tuple[Region, ...]:
+    """The lines strictly between each EVOLVE-BLOCK-START and its END; the whole file without."""
+    regions: list[Region] = []
+    start: int | None = None
+    for index, line in enumerate(lines):
+        marker = line.strip()
+        if marker.startswith(EVOLVE_START):
+            start = index + 1
+        elif marker.startswith(EVOLVE_END) and start is not None:
+            regions.append(Region(start, index))
+            start = None
+    if regions or any(line.strip().startswith(EVOLVE_START) for line in lines):
+        return tuple(regions)
+    return (Region(0, len(lines)),)
+
+
+def region_of(regions: tuple[Region, ...], first: int, last: int) -> Region | None:
+    """The region holding lines ``[first, last]``, if one does."""
+    return next((r for r in regions if r.holds(first, last)), None)
+
+
+def line_hunk(
+    source: str, region: Region, *, start: int, end: int, new_lines: list[str]
+) -> Hunk | None:
+    """Replace lines ``[start, end)`` of ``source`` by ``new_lines`` as a hunk unique in it.
+
+    Context lines inside ``region`` are added, after first and then alternately, until the SEARCH
+    text occurs once, neither side is empty and no side starts or ends with a blank line (appliers
+    may trim those). None when the region runs out first.
+    """
+    lines = source.split("\n")
+    low, high = start, end
+    prefer_after = True
+    while True:
+        hunk = Hunk(
+            search="\n".join(lines[low:high]),
+            replace="\n".join([*lines[low:start], *new_lines, *lines[end:high]]),
+        )
+        if _acceptable(source, hunk, lines[low:high]):
+            return hunk
+        can_after, can_before = high < region.end, low > region.start
+        if not (can_after or can_before):
+            return None
+        if can_after and (prefer_after or not can_before):
+            high += 1
+        else:
+            low -= 1
+        prefer_after = not prefer_after
+
+
+def _acceptable(source: str, hunk: Hunk, search_lines: list[str]) -> bool:
+    if not search_lines or not hunk.replace.strip() or hunk.search == hunk.replace:
+        return False
+    if not search_lines[0].strip() or not search_lines[-1].strip():
+        return False
+    return occurrences(source, hunk.search) == 1
+
+
+def occurrences(text: str, needle: str) -> int:
+    """How often ``needle`` occurs in ``text``, overlapping occurrences included."""
+    count, at = 0, text.find(needle)
+    while at != -1:
+        count += 1
+        at = text.find(needle, at + 1)
+    return count
+
+
+def child_of(source: str, hunk: Hunk) -> str | None:
+    """The program the hunk makes of ``source``, or None when that child would not parse."""
+    child = source.replace(hunk.search, hunk.replace, 1)
+    return child if parses(child) else None
+
+
+def parses(source: str) -> bool:
+    try:
+        ast.parse(source)
+    except (SyntaxError, ValueError):  # ValueError: null bytes in the source
+        return False
+    return True

@@ -1,0 +1,351 @@
+"""The gemm tiling domain mutations: each applies, keeps programs runnable and the prelude fixed."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import codevolve.problems.gemm_tiling as gemm_package
+from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Applied
+from codevolve.core.problem import Mutation
+from codevolve.core.program import CaseResult
+from codevolve.core.prompt import BestCase, ProgramView, Prompt
+from codevolve.problems.gemm_tiling.initial_program import GemmConfig
+from codevolve.problems.gemm_tiling.mutations import (
+    TRAIN_GRID,
+    RuleProgram,
+    gemm_mutations,
+    launchable,
+    parse_config,
+    parse_shape,
+    read_program,
+)
+from codevolve.prompt_sampler.diff import ParsedAnswer, apply_answer, parse_answer
+
+INITIAL = (Path(gemm_package.__file__).parent / "initial_program.py").read_text()
+SEEDS = range(40)
+SAMPLE_SHAPES = [
+    (m, n, k)
+    for m in (1, 16, 33, 100, 256, 700, 4096, 8192)
+    for n, k in ((6144, 4096), (8192, 1024), (1280, 8192))
+]
+PRELUDE, _, _ = INITIAL.partition(EVOLVE_START)
+
+# A parent with more rules, N/K tests, a chained comparison, keyword arguments, a comment, a
+# statement that is not a rule and a rule repeated verbatim (so SEARCH needs context).
+RICH_BODY = '''\
+def choose_config(M: int, N: int, K: int) -> GemmConfig:
+    """Rules grown by evolution."""
+    # decode
+    if M <= 16 and N == 4096:
+        return GemmConfig(16, 64, 128, 2, 4, 1)
+    if M <= 16:
+        return GemmConfig(16, 128, 128, 4, 3, 8)
+    if 16 < M <= 64 and K >= 8192:
+        return GemmConfig(block_m=32, block_n=64, block_k=64, num_warps=2, num_stages=4, group_m=8)
+    scale = M * N
+    if M <= 256:
+        return GemmConfig(64, 128, 64, 4, 3, 8)
+    if M <= 1024 and N == 28672:
+        return GemmConfig(128, 128, 64, 4, 3, 8)
+    if M <= 2048:
+        return GemmConfig(128, 128, 64, 4, 3, 8)
+    return GemmConfig(128, 128, 64, 4, 3, 8)
+'''
+VARIANT_BODY = """\
+def choose_config(M: int, N: int, K: int) -> GemmConfig:
+    if M <= 32:
+        return GemmConfig(32, 64, 64, 2, 3, 8)
+    if M > 256 and M <= 512 and K == 4096:
+        return GemmConfig(128, 64, 64, 4, 4, 8)
+    if M <= 128:
+        return GemmConfig(64, 128, 64, 4, 4, 8)
+    return GemmConfig(256, 128, 64, 8, 3, 8)
+"""
+
+
+def program(body: str) -> str:
+    return PRELUDE + EVOLVE_START + "\n" + body + EVOLVE_END + "\n"
+
+
+RICH, VARIANT = program(RICH_BODY), program(VARIANT_BODY)
+
+
+def apply(parent: str, answer: str) -> str:
+    """The child through the real applier; the SEARCH text must also match exactly, once."""
+    parsed = parse_answer(answer)
+    assert isinstance(parsed, ParsedAnswer) and len(parsed.hunks) == 1
+    assert parent.count(parsed.hunks[0].search) == 1
+    outcome = apply_answer(parent, answer)
+    assert isinstance(outcome, Applied), outcome
+    return outcome.source
+
+
+def make_prompt(
+    source: str = INITIAL,
+    *,
+    cases: tuple[CaseResult, ...] = (),
+    best: Mapping[str, BestCase] | None = None,
+    inspirations: tuple[str, ...] = (),
+) -> Prompt:
+    return Prompt(
+        job_id="job",
+        problem="gemm_tiling",
+        proposal_index=0,
+        island=0,
+        parent=ProgramView(id="parent", source=source, score=1.0, cases=cases),
+        inspirations=tuple(
+            ProgramView(id=f"i{i}", source=s, score=1.0) for i, s in enumerate(inspirations)
+        ),
+        best_cases=best or {},
+        context="",
+        text="",
+    )
+
+
+def case(
+    shape: tuple[int, int, int],
+    cost: float,
+    best_cost: float,
+    best: str = "GemmConfig(64, 64, 64, 4, 4, 8)",
+) -> tuple[CaseResult, BestCase]:
+    """The parent's result on one shape, and the best result the job has seen there."""
+    key = "M={} N={} K={}".format(*shape)
+    return CaseResult(key, cost), BestCase(key, best_cost, best, program_id="best")
+
+
+def full_prompt(source: str) -> Prompt:
+    """A prompt every mutation kind can act on: inspirations, and cases with gaps."""
+    pairs = [
+        case((128, 4096, 4096), 30.0, 12.0),
+        case((16, 6144, 4096), 10.0, 9.0),
+        case((2048, 7168, 8192), 50.0, 50.0),
+    ]
+    return make_prompt(
+        source,
+        cases=tuple(c for c, _ in pairs),
+        best={b.key: b for _, b in pairs},
+        inspirations=(RICH if source == INITIAL else INITIAL, VARIANT),
+    )
+
+
+def choose_config_of(source: str) -> Callable[[int, int, int], tuple[int, ...]]:
+    namespace: dict[str, object] = {}
+    exec(compile(source, "<child>", "exec"), namespace)
+    function = namespace["choose_config"]
+    assert callable(function)
+    return lambda m, n, k: tuple(function(m, n, k))
+
+
+def mutation(kind: str) -> Mutation:
+    return next(m for m in gemm_mutations() if m.kind == kind)
+
+
+KINDS = ("field", "threshold", "add_rule", "delete_rule", "borrow", "directed")
+
+
+def test_the_six_kinds_are_offered() -> None:
+    assert tuple(m.kind for m in gemm_mutations()) == KINDS
+
+
+@pytest.mark.parametrize("parent", [INITIAL, RICH], ids=["initial", "rich"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_yields_a_runnable_child_with_the_prelude_intact(kind: str, parent: str) -> None:
+    prompt = full_prompt(parent)
+    children = set()
+    for seed in SEEDS:
+        answer = mutation(kind).propose(prompt, np.random.default_rng(seed))
+        assert answer is not None, f"{kind} found nothing to do (seed {seed})"
+        child = apply(parent, answer)
+        assert child.partition(EVOLVE_START)[0] == PRELUDE
+        assert child.rstrip().endswith(EVOLVE_END)
+        choose = choose_config_of(child)
+        for shape in SAMPLE_SHAPES:
+            assert len(choose(*shape)) == 6
+        children.add(child)
+    assert len(children) > 1, "every seed made the same child"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_kind_is_deterministic_for_a_seed(kind: str) -> None:
+    prompt = full_prompt(RICH)
+    for seed in range(10):
+        first = mutation(kind).propose(prompt, np.random.default_rng(seed))
+        again = mutation(kind).propose(prompt, np.random.default_rng(seed))
+        assert first == again
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def choose_config(M, N, K):\n    return (1, 2, 3, 4, 5, 6)\n",  # no GemmConfig rules
+        "def other(M, N, K):\n    if M <= 3:\n        return GemmConfig(1, 2, 3, 4, 5, 6)\n",
+        INITIAL.replace(EVOLVE_START, "").replace(EVOLVE_END, EVOLVE_START + "\n" + EVOLVE_END),
+        "def choose_config(M, N, K:\n",  # does not parse
+    ],
+    ids=["no-rules", "no-choose-config", "outside-evolve-block", "syntax-error"],
+)
+def test_programs_of_another_shape_get_no_mutation(source: str) -> None:
+    prompt = full_prompt(source)
+    for kind in KINDS:
+        assert mutation(kind).propose(prompt, np.random.default_rng(0)) is None
+
+
+def test_field_changes_one_field_by_one_step_to_a_launchable_config() -> None:
+    before = read_program(RICH)
+    assert before is not None
+    old = {r.start: r.config for r in before.all_rules}
+    for seed in SEEDS:
+        answer = mutation("field").propose(make_prompt(RICH), np.random.default_rng(seed))
+        assert answer is not None
+        after = read_program(apply(RICH, answer))
+        assert after is not None
+        changed = [(old[r.start], r.config) for r in after.all_rules if r.config != old[r.start]]
+        assert len(changed) == 1
+        was, now = changed[0]
+        assert sum(a != b for a, b in zip(was, now, strict=True)) == 1
+        assert launchable(now)
+
+
+def test_threshold_moves_a_constant_to_a_neighbouring_value() -> None:
+    allowed = {"M <= 16:", "M <= 64:", "M <= 128:", "M <= 512:"}
+    seen = set()
+    for seed in SEEDS:
+        answer = mutation("threshold").propose(make_prompt(), np.random.default_rng(seed))
+        assert answer is not None
+        replaced = answer.split("=======\n")[1].split("\n")[0].strip().removeprefix("if ")
+        assert replaced in allowed
+        seen.add(replaced)
+    assert seen == allowed
+
+
+def test_delete_rule_removes_one_rule_and_keeps_the_final_return() -> None:
+    parent = read_program(RICH)
+    assert parent is not None and parent.final is not None
+    for seed in SEEDS:
+        answer = mutation("delete_rule").propose(make_prompt(RICH), np.random.default_rng(seed))
+        assert answer is not None
+        child = read_program(apply(RICH, answer))
+        assert child is not None and child.final is not None
+        assert child.final.config == parent.final.config
+        assert len(child.rules) == len(parent.rules) - 1
+
+
+def test_delete_rule_needs_a_conditional_rule() -> None:
+    only_final = INITIAL.split("    if M <= 32:")[0] + "    return GemmConfig(1, 2, 3, 4, 5, 6)\n"
+    only_final += EVOLVE_END + "\n"
+    answer = mutation("delete_rule").propose(make_prompt(only_final), np.random.default_rng(0))
+    assert answer is None
+
+
+def rule_keys(program: RuleProgram) -> set[tuple[str, GemmConfig]]:
+    return {(r.key, r.config) for r in program.all_rules}
+
+
+def test_add_rule_inserts_a_launchable_rule_that_some_benchmark_shape_reaches() -> None:
+    parent = read_program(INITIAL)
+    assert parent is not None
+    known = rule_keys(parent)
+    for seed in SEEDS:
+        answer = mutation("add_rule").propose(make_prompt(), np.random.default_rng(seed))
+        assert answer is not None
+        child = read_program(apply(INITIAL, answer))
+        assert child is not None and len(child.rules) == len(parent.rules) + 1
+        (new,) = [i for i, r in enumerate(child.rules) if (r.key, r.config) not in known]
+        assert launchable(child.rules[new].config)
+        assert any(child.config_for(shape)[0] == new for shape in TRAIN_GRID)
+
+
+def test_borrow_copies_a_rule_the_parent_lacks() -> None:
+    parent = read_program(INITIAL)
+    inspirations = [read_program(RICH), read_program(VARIANT)]
+    assert parent is not None and inspirations[0] is not None and inspirations[1] is not None
+    theirs = rule_keys(inspirations[0]) | rule_keys(inspirations[1])
+    gained = set()
+    for seed in SEEDS:
+        prompt = make_prompt(inspirations=(RICH, VARIANT))
+        answer = mutation("borrow").propose(prompt, np.random.default_rng(seed))
+        assert answer is not None
+        child = read_program(apply(INITIAL, answer))
+        assert child is not None
+        new = rule_keys(child) - rule_keys(parent)
+        assert len(new) == 1 and new <= theirs
+        gained |= new
+    assert gained == theirs - rule_keys(parent)  # every rule the parent lacks gets borrowed
+
+
+def test_borrow_has_nothing_to_copy_from_an_identical_inspiration() -> None:
+    prompt = make_prompt(RICH, inspirations=(RICH, RICH))
+    assert mutation("borrow").propose(prompt, np.random.default_rng(0)) is None
+
+
+def test_directed_aims_at_the_case_with_the_largest_gap() -> None:
+    # The cases that must never be aimed at sit under the parent's first rule, which no inserted
+    # rule can shadow; a rule aimed at a case may also reach shapes of later regions.
+    parent = RICH
+    target, small, smaller, even, unknown = (
+        (4096, 7168, 8192),
+        (128, 4096, 4096),
+        (1, 6144, 4096),
+        (16, 4096, 4096),
+        (1, 4096, 14336),
+    )
+    pairs = [
+        case(target, 30.0, 10.0),
+        case(small, 12.0, 10.0),
+        case(smaller, 11.0, 10.0),
+        case(even, 10.0, 10.0),
+    ]
+    cases = (*[c for c, _ in pairs], CaseResult("M=1 N=4096 K=14336", 99.0))
+    prompt = make_prompt(parent, cases=cases, best={b.key: b for _, b in pairs})
+    before = choose_config_of(parent)
+    changed: Counter[tuple[int, int, int]] = Counter()
+    draws = 300
+    for seed in range(draws):
+        answer = mutation("directed").propose(prompt, np.random.default_rng(seed))
+        assert answer is not None
+        after = choose_config_of(apply(parent, answer))
+        changed.update(
+            s for s in (target, small, smaller, even, unknown) if after(*s) != before(*s)
+        )
+    assert changed[even] == 0 and changed[unknown] == 0  # no gap, or no best seen: never aimed at
+    assert changed[target] > 0.7 * draws
+    assert changed[target] > 5 * max(changed[small], changed[smaller], 1)
+    assert changed[small] > changed[smaller] > 0
+
+
+def test_directed_needs_a_case_with_a_gap() -> None:
+    result, best = case((128, 4096, 4096), 10.0, 10.0)
+    prompt = make_prompt(cases=(result,), best={best.key: best})
+    assert mutation("directed").propose(prompt, np.random.default_rng(0)) is None
+
+
+def test_directed_copies_the_best_config_seen_for_its_shape_often() -> None:
+    best_config = "GemmConfig(256, 64, 32, 8, 5, 1)"
+    result, best = case((2048, 7168, 8192), 30.0, 10.0, best=best_config)
+    prompt = make_prompt(cases=(result,), best={best.key: best})
+    answers = [mutation("directed").propose(prompt, np.random.default_rng(s)) for s in SEEDS]
+    copied = sum(best_config in (a or "") for a in answers)
+    assert 0.25 * len(SEEDS) < copied < 0.75 * len(SEEDS)
+
+
+def test_case_keys_and_details_are_read() -> None:
+    assert parse_shape("M=16 N=6144 K=4096") == (16, 6144, 4096)
+    assert parse_shape("8B.qkv M=16") is None
+    assert parse_config("t=1.5 us GemmConfig(64, 128, 64, 4, 3, 8)") == (64, 128, 64, 4, 3, 8)
+    assert parse_config(
+        "GemmConfig(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=3, group_m=8)"
+    ) == (64, 128, 64, 4, 3, 8)
+    assert parse_config("no config here") is None
+    assert parse_config("GemmConfig(1, 2)") is None
+
+
+def test_launch_limits() -> None:
+    assert launchable(GemmConfig(256, 128, 64, 8, 3, 8))
+    assert not launchable(GemmConfig(256, 128, 64, 4, 3, 8))  # registers
+    assert not launchable(GemmConfig(256, 256, 128, 8, 5, 8))  # shared memory
+    assert not launchable(GemmConfig(16, 16, 16, 2, 1, 1))  # warps for the tile

@@ -1,0 +1,212 @@
+"""The gemm-tiling problem end to end: registry, cascade stages, features and baselines.
+
+Stages are run against an in-process fake of the sandboxed Candidate: it executes the source here
+(tests only) and passes answers through JSON, as the real sandbox does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from codevolve.core.errors import UnknownProblemError
+from codevolve.core.problem import JSONValue, Problem, SandboxErrorKind, SandboxReply, Stage
+from codevolve.core.program import StageResult
+from codevolve.problems.gemm_tiling.problem import GemmTilingProblem
+from codevolve.problems.gemm_tiling.shapes import heldout_shapes, train_shapes
+from codevolve.problems.gemm_tiling.stages import (
+    ProbeStage,
+    StaticStage,
+    TrainStage,
+    static_grid,
+)
+from codevolve.problems.registry import get_problem, problem_names
+
+INITIAL = GemmTilingProblem().initial_program
+FIRST_BRANCH = "    if M <= 32:\n"
+
+
+@dataclass(frozen=True)
+class InProcessCandidate:
+    """Runs the candidate in this process: for tests of trusted stages only."""
+
+    source: str
+
+    def call(self, entry: str, args: Sequence[Sequence[JSONValue]]) -> SandboxReply:
+        namespace: dict[str, object] = {}
+        try:
+            exec(compile(self.source, "<candidate>", "exec"), namespace)
+            function = namespace[entry]
+            assert callable(function)
+            values = tuple(json.loads(json.dumps(function(*a))) for a in args)
+        except Exception as error:
+            return SandboxReply(
+                values=None, error_kind=SandboxErrorKind.EXCEPTION, error=repr(error)
+            )
+        return SandboxReply(values=values)
+
+
+def _with_branch(branch: str) -> InProcessCandidate:
+    assert FIRST_BRANCH in INITIAL
+    return InProcessCandidate(INITIAL.replace(FIRST_BRANCH, branch + FIRST_BRANCH, 1))
+
+
+def _run_all(candidate: InProcessCandidate, seed: int = 0) -> list[StageResult]:
+    rng = np.random.default_rng(seed)
+    return [stage.run(candidate, rng) for stage in GemmTilingProblem().stages]
+
+
+def test_registry_builds_gemm_tiling_by_name() -> None:
+    problem: Problem = get_problem("gemm-tiling")
+    assert problem.name == "gemm-tiling"
+    assert "gemm-tiling" in problem_names()
+
+
+def test_registry_lists_known_names_for_an_unknown_one() -> None:
+    with pytest.raises(UnknownProblemError, match="gemm-tiling"):
+        get_problem("gemm-tilling")
+
+
+def test_problem_describes_task_metric_space_and_split() -> None:
+    problem = GemmTilingProblem()
+    text = problem.description
+    for fact in (
+        "choose_config(M, N, K)",
+        "t_expert / t_chosen",
+        "232448",
+        "+ 40 <= 255",
+        "held out",
+        "(16, 32, 64, 128, 256)",
+        "70B_tp8.down: N=8192, K=3584",
+    ):
+        assert fact in text
+    assert "# EVOLVE-BLOCK-START" in problem.initial_program
+    assert [f.name for f in problem.features] == ["distinct_configs", "decode_speedup"]
+    assert all(f.bins == 8 and f.low < f.high for f in problem.features)
+    assert [s.name for s in problem.stages] == ["static", "probe", "train"]
+
+
+def test_problem_supplies_domain_mutations() -> None:
+    assert len(GemmTilingProblem().mutations()) > 0
+
+
+def test_baselines_are_expert_lookup_and_oracle_speedups() -> None:
+    baselines = {b.name: b for b in GemmTilingProblem().baselines()}
+    assert list(baselines) == ["expert", "lookup", "oracle"]
+    assert (baselines["expert"].train, baselines["expert"].test) == pytest.approx((1.0, 1.0))
+    assert 1.0 < baselines["lookup"].train <= baselines["oracle"].train
+
+
+def test_initial_program_passes_every_stage_with_train_speedup_one() -> None:
+    static, probe, train = _run_all(InProcessCandidate(INITIAL))
+    assert (static.passed, static.score) == (True, 1.0)
+    assert probe.passed and probe.score == pytest.approx(1.0)
+    assert train.passed and train.score == pytest.approx(1.0)
+    for name in ("speedup", "speedup_decode", "speedup_mid", "speedup_prefill"):
+        assert train.metrics[name] == pytest.approx(1.0)
+    assert 0.7 < train.metrics["over_oracle"] < 1.0
+    assert train.heldout["test_speedup"] == pytest.approx(1.0)
+    assert train.heldout["score"] == train.heldout["test_speedup"]
+    assert 0.0 < train.heldout["test_over_oracle"] < 1.0
+    assert dict(train.features) == pytest.approx({"distinct_configs": 3.0, "decode_speedup": 1.0})
+    assert "1.000x" in train.feedback
+
+
+def test_train_cases_cover_each_train_shape_with_its_config() -> None:
+    train = TrainStage().run(InProcessCandidate(INITIAL), np.random.default_rng(0))
+    assert len(train.cases) == 44
+    keys = {case.key for case in train.cases}
+    assert keys == {shape.key for shape in train_shapes()}  # held-out shapes are never cases
+    assert not keys & {shape.key for shape in heldout_shapes()}
+    case = next(c for c in train.cases if c.key.startswith("M=16 "))
+    assert case.detail == "GemmConfig(32, 64, 64, 2, 3, 8)"
+    assert case.cost > 0
+
+
+def test_a_better_program_scores_above_one_on_train_and_test() -> None:
+    better = _with_branch("    if M >= 1024:\n        return GemmConfig(256, 128, 64, 8, 3, 8)\n")
+    static, probe, train = _run_all(better)
+    assert static.passed and probe.passed and train.passed
+    assert probe.score is not None and probe.score > 1.0
+    assert train.metrics["speedup_prefill"] > 1.15
+    assert train.metrics["speedup_decode"] == pytest.approx(1.0)
+    assert train.heldout["test_speedup"] > 1.0
+    assert train.features["distinct_configs"] == 4.0
+
+
+def test_an_illegal_literal_in_an_unreached_branch_fails_the_static_stage() -> None:
+    bad = _with_branch("    if M == 3:\n        return GemmConfig(256, 256, 128, 4, 5, 8)\n")
+    result = StaticStage().run(bad, np.random.default_rng(0))
+    assert not result.passed and result.score is None
+    assert result.error is not None
+    assert "static check: line" in result.error and "cannot launch" in result.error
+
+
+def test_a_computed_illegal_config_on_an_unseen_m_fails_the_static_stage() -> None:
+    bad = _with_branch(
+        "    if M == 50:\n        return GemmConfig(M * 0 + 256, 256, 128, 4, 5, 8)\n"
+    )
+    result = StaticStage().run(bad, np.random.default_rng(0))
+    assert not result.passed
+    assert result.error is not None
+    assert "choose_config(50, " in result.error and "cannot launch" in result.error
+
+
+@pytest.mark.parametrize(
+    ("branch", "reason"),
+    [
+        ("    if M == 7:\n        return [64, 128, 64, 4, 3]\n", "expected 6 values"),
+        ("    if M == 7:\n        return (64, 128, 64, 4.0, 3, 8)\n", "must be an int"),
+        ("    if M == 7:\n        return 'GemmConfig(64, 128, 64, 4, 3, 8)'\n", "expected a list"),
+    ],
+)
+def test_answers_that_are_not_six_ints_fail_the_static_stage(branch: str, reason: str) -> None:
+    result = StaticStage().run(_with_branch(branch), np.random.default_rng(0))
+    assert not result.passed
+    assert result.error is not None and reason in result.error
+
+
+def test_a_candidate_that_raises_fails_with_the_sandbox_error_kind() -> None:
+    bad = _with_branch("    if M == 16:\n        raise RuntimeError('boom')\n")
+    for stage in GemmTilingProblem().stages:
+        result = stage.run(bad, np.random.default_rng(0))
+        assert not result.passed and result.score is None
+        assert result.error is not None and result.error.startswith("exception: ")
+
+
+def test_train_errors_on_held_out_shapes_do_not_name_them() -> None:
+    # The shape is only in the test split; the train stage must not reveal which shape failed.
+    hidden = heldout_shapes()[7]
+    bad = _with_branch(
+        f"    if M == {hidden.m} and N == {hidden.n} and K == {hidden.k}:\n"
+        "        return (1, 2, 3)\n"
+    )
+    result = TrainStage().run(bad, np.random.default_rng(0))
+    assert not result.passed
+    assert result.error is not None
+    assert result.error.startswith("a held-out shape returned")
+    assert hidden.key not in result.error and f"N={hidden.n}" not in result.error
+
+
+def test_a_slower_program_scores_below_one_and_fails_the_probe_threshold() -> None:
+    slower = _with_branch("    return GemmConfig(16, 16, 16, 1, 1, 1)\n")
+    probe = ProbeStage().run(slower, np.random.default_rng(0))
+    assert probe.passed and probe.score is not None and probe.score < 0.5
+    stage: Stage = ProbeStage()
+    assert stage.threshold is not None
+    assert not stage.threshold.passes(probe.score, parent_score=1.0)
+    assert stage.threshold.passes(0.95, parent_score=1.0)
+
+
+def test_static_grid_spans_known_and_fresh_shapes_and_changes_per_evaluation() -> None:
+    first = static_grid(np.random.default_rng(1))
+    second = static_grid(np.random.default_rng(2))
+    assert 150 <= len(first) <= 400
+    assert len(set(first)) == len(first)
+    assert {s.m for s in first} >= set(range(1, 65)) | {16384}
+    assert len({(s.n, s.k) for s in first}) >= 12
+    assert set(first) != set(second)
