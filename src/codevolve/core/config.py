@@ -30,7 +30,7 @@ class ProposerConfig(_Frozen):
 
     kind: Literal["simulated"] = "simulated"
     domain_weight: float = Field(
-        0.85, ge=0, le=1, description="probability of a problem's domain mutation over a generic one"
+        0.85, ge=0, le=1, description="probability of a domain mutation over a generic one"
     )
 
 

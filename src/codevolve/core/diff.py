@@ -33,8 +33,13 @@ class Hunk:
 
     def render(self) -> str:
         return "\n".join(
-            [SEARCH_MARKER, self.search.rstrip("\n"), DIVIDER_MARKER, self.replace.rstrip("\n"),
-             REPLACE_MARKER]
+            [
+                SEARCH_MARKER,
+                self.search.rstrip("\n"),
+                DIVIDER_MARKER,
+                self.replace.rstrip("\n"),
+                REPLACE_MARKER,
+            ]
         )
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from codevolve.core.program import StageResult
 from codevolve.core.prompt import Prompt
 
-JSONValue: TypeAlias = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
+JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
 
 
 class SandboxErrorKind(StrEnum):
@@ -73,7 +73,8 @@ class Threshold:
         if self.absolute is not None and score < self.absolute:
             return False
         return not (
-            self.relative is not None and parent_score is not None
+            self.relative is not None
+            and parent_score is not None
             and score < self.relative * parent_score
         )
 

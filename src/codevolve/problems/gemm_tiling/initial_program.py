@@ -24,4 +24,6 @@ def choose_config(M: int, N: int, K: int) -> GemmConfig:
     if M <= 256:
         return GemmConfig(64, 128, 64, 4, 3, 8)
     return GemmConfig(128, 128, 64, 4, 3, 8)
+
+
 # EVOLVE-BLOCK-END

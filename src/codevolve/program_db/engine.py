@@ -1,0 +1,116 @@
+"""The async engine, sessions, and migrations run from inside the package.
+
+One engine per process, created by a composition root (``services``); one session per task or
+request. The same code serves SQLite (aiosqlite, the embedded default) and Postgres (asyncpg).
+Migrations are Alembic's, configured here without an ini file so that an installed codevolve can
+upgrade any database it is pointed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+SQLITE_BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for SQLite's single write lock
+ASYNC_DRIVERS = {
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "sqlite": "sqlite+aiosqlite",
+}
+
+
+def database_url(url: str) -> str:
+    """The async form of a URL: plain ``postgresql://`` and ``sqlite://`` get their async driver."""
+    parsed = make_url(url)
+    driver = ASYNC_DRIVERS.get(parsed.drivername)
+    if driver is None:
+        return url
+    return parsed.set(drivername=driver).render_as_string(hide_password=False)
+
+
+def sqlite_url(path: str | Path) -> str:
+    """The URL of an SQLite file (made absolute, so the working directory does not matter)."""
+    return f"sqlite+aiosqlite:///{Path(path).expanduser().resolve()}"
+
+
+def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
+    """The process's engine. SQLite connections get WAL (readers do not block the writer), foreign
+    keys (off by default there) and a busy timeout (writers queue instead of failing at once)."""
+    url = database_url(url)
+    if make_url(url).get_backend_name() == "sqlite":
+        engine = _create_async_engine(url, echo=echo)
+        event.listen(engine.sync_engine, "connect", _configure_sqlite)
+        return engine
+    # Pre-ping: a Postgres restart or an idle timeout otherwise surfaces as a failed transaction.
+    return _create_async_engine(url, echo=echo, pool_pre_ping=True)
+
+
+def _configure_sqlite(dbapi_connection: Any, _record: object) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")  # durable at each checkpoint; safe with WAL
+    finally:
+        cursor.close()
+
+
+def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    """Sessions whose values stay readable after commit (the repository returns core values, but a
+    caller may still hold a row's attributes in a log line)."""
+    return async_sessionmaker(engine, expire_on_commit=False)
+
+
+# ------------------------------------------------------------------------------------ migrations
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """Alembic's configuration, built in code; ``env.py`` migrates the connection passed here."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    return config
+
+
+async def upgrade(target: AsyncEngine | str, revision: str = "head") -> None:
+    """``alembic upgrade head``: create or update the schema. Safe to run at every start."""
+    async with _engine(target) as engine, engine.begin() as connection:
+        await connection.run_sync(_upgrade, revision)
+
+
+async def downgrade_base(target: AsyncEngine | str) -> None:
+    """``alembic downgrade base``: drop everything the migrations created (tests use it)."""
+    async with _engine(target) as engine, engine.begin() as connection:
+        await connection.run_sync(_downgrade, "base")
+
+
+def _upgrade(connection: Connection, revision: str) -> None:
+    command.upgrade(alembic_config(connection), revision)
+
+
+def _downgrade(connection: Connection, revision: str) -> None:
+    command.downgrade(alembic_config(connection), revision)
+
+
+@asynccontextmanager
+async def _engine(target: AsyncEngine | str) -> AsyncIterator[AsyncEngine]:
+    """The engine given, or a short-lived one for a URL (disposed afterwards)."""
+    if isinstance(target, AsyncEngine):
+        yield target
+        return
+    engine = create_engine(target)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()

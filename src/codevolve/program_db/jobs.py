@@ -1,0 +1,182 @@
+"""Jobs and their proposal log.
+
+Every function takes the caller's session and never commits; rows become ``core.Job`` values.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from codevolve.core.config import RunConfig
+from codevolve.core.job import Job, JobState
+from codevolve.core.program import JobId, ProgramId
+from codevolve.core.prompt import ProposalStatus
+from codevolve.program_db.errors import UnknownJobError
+from codevolve.program_db.models import IslandRow, JobRow, ProposalRow, utcnow
+from codevolve.program_db.programs import best_program
+from codevolve.program_db.sql import as_utc, dialect_insert
+
+_NO_SYNC = {"synchronize_session": False}
+
+
+def to_job(row: JobRow) -> Job:
+    return Job(
+        id=row.id,
+        config=RunConfig.model_validate(row.config),
+        state=JobState(row.state),
+        created_at=as_utc(row.created_at),
+        owner=row.owner,
+        proposals=row.proposals,
+        wall_s=row.wall_s,
+        best_program_id=row.best_program_id,
+        best_score=row.best_score,
+        error=row.error,
+    )
+
+
+async def create_job(session: AsyncSession, config: RunConfig, *, owner: str = "") -> Job:
+    """A queued job, and its islands at epoch 0."""
+    job = Job(
+        id=uuid.uuid4().hex, config=config, state=JobState.QUEUED, created_at=utcnow(), owner=owner
+    )
+    await session.execute(
+        insert(JobRow).values(
+            id=job.id,
+            owner=owner,
+            problem=config.problem,
+            config=config.model_dump(mode="json"),
+            state=job.state.value,
+            created_at=job.created_at,
+            updated_at=job.created_at,
+        )
+    )
+    await session.execute(
+        insert(IslandRow),
+        [{"job_id": job.id, "island": island, "epoch": 0} for island in range(config.islands)],
+    )
+    return job
+
+
+async def get_job(session: AsyncSession, job_id: JobId) -> Job | None:
+    row = await session.scalar(
+        select(JobRow).where(JobRow.id == job_id).execution_options(populate_existing=True)
+    )
+    return None if row is None else to_job(row)
+
+
+async def list_jobs(session: AsyncSession, *, owner: str | None = None) -> list[Job]:
+    """Newest first; only ``owner``'s jobs when given."""
+    query = select(JobRow).order_by(JobRow.created_at.desc(), JobRow.id)
+    if owner is not None:
+        query = query.where(JobRow.owner == owner)
+    rows = await session.scalars(query.execution_options(populate_existing=True))
+    return [to_job(row) for row in rows]
+
+
+async def set_job_state(
+    session: AsyncSession, job_id: JobId, state: JobState, *, error: str | None = None
+) -> None:
+    """Move a job to ``state``; ``error`` replaces the stored one (None clears it)."""
+    await _update_job(session, job_id, state=state.value, error=error)
+
+
+async def add_job_wall(session: AsyncSession, job_id: JobId, seconds: float) -> None:
+    """Add ``seconds`` of running time (the wall budget spans resumes)."""
+    await _update_job(session, job_id, wall_s=JobRow.wall_s + seconds)
+
+
+async def update_job_best(session: AsyncSession, job_id: JobId) -> None:
+    """Refresh the job's cached best program and score from the programs table."""
+    best = await best_program(session, job_id)
+    await _update_job(
+        session,
+        job_id,
+        best_program_id=None if best is None else best.id,
+        best_score=None if best is None else best.score,
+    )
+
+
+async def _update_job(session: AsyncSession, job_id: JobId, **values: Any) -> None:
+    result = await session.execute(
+        update(JobRow)
+        .where(JobRow.id == job_id)
+        .values(updated_at=utcnow(), **values)
+        .returning(JobRow.id)
+        .execution_options(**_NO_SYNC)
+    )
+    if result.first() is None:
+        raise UnknownJobError(f"no job {job_id}")
+
+
+# ------------------------------------------------------------------------------------ proposals
+
+
+async def record_proposal(
+    session: AsyncSession,
+    *,
+    job_id: JobId,
+    index: int,
+    parent_id: ProgramId | None,
+    island: int,
+    proposer: str,
+    status: ProposalStatus,
+    reason: str = "",
+    program_id: ProgramId | None = None,
+    tokens_in: int = 0,
+    tokens_out: int = 0,
+    cost_usd: float = 0.0,
+) -> bool:
+    """Log what became of proposal ``index`` and count it in ``jobs.proposals``.
+
+    An index is recorded once: a second record of the same index (an error path reporting a
+    proposal that was already logged) changes nothing and returns False.
+    """
+    statement = (
+        dialect_insert(session, ProposalRow)
+        .values(
+            job_id=job_id,
+            proposal_index=index,
+            parent_id=parent_id,
+            island=island,
+            proposer=proposer,
+            status=status.value,
+            reason=reason,
+            program_id=program_id,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            cost_usd=cost_usd,
+            created_at=utcnow(),
+        )
+        .on_conflict_do_nothing(index_elements=["job_id", "proposal_index"])
+        .returning(ProposalRow.proposal_index)
+    )
+    if (await session.execute(statement)).first() is None:
+        return False
+    await _update_job(session, job_id, proposals=JobRow.proposals + 1)
+    return True
+
+
+async def proposal_stats(session: AsyncSession, job_id: JobId) -> tuple[int, int]:
+    """``(proposals recorded, next free index)``; the next index is 0 for a new job."""
+    count, highest = (
+        await session.execute(
+            select(func.count(), func.max(ProposalRow.proposal_index)).where(
+                ProposalRow.job_id == job_id
+            )
+        )
+    ).one()
+    return int(count), 0 if highest is None else int(highest) + 1
+
+
+async def proposal_counts(session: AsyncSession, job_id: JobId) -> dict[ProposalStatus, int]:
+    """Proposals per outcome; outcomes that never happened are absent."""
+    rows = await session.execute(
+        select(ProposalRow.status, func.count())
+        .where(ProposalRow.job_id == job_id)
+        .group_by(ProposalRow.status)
+    )
+    return {ProposalStatus(status): int(count) for status, count in rows}

@@ -1,0 +1,1 @@
+"""Alembic migrations of the program database; run through ``codevolve.program_db.engine``."""

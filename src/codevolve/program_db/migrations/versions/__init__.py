@@ -1,0 +1,1 @@
+"""Migration revisions, oldest first. Each one is reviewed by hand against the models."""

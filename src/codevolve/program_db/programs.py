@@ -1,0 +1,331 @@
+"""Programs: insert (pending), the guarded ``pending -> evaluated|failed|rejected`` transition,
+and the reads listings and reports need.
+
+Every function takes the caller's session and never commits. Rows are turned into ``core.Program``
+values before they leave this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, cast
+
+from sqlalchemy import CursorResult, Select, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from codevolve.core.codec import case_from_list
+from codevolve.core.job import ProgramCounts
+from codevolve.core.program import (
+    CaseResult,
+    CellKey,
+    Evaluation,
+    JobId,
+    Program,
+    ProgramId,
+    ProgramStatus,
+)
+from codevolve.program_db.archive import cell_from_text, cell_to_text
+from codevolve.program_db.errors import ProgramDbError, UnknownProgramError
+from codevolve.program_db.models import ProgramRow, utcnow
+from codevolve.program_db.sql import (
+    as_utc,
+    finite_or_none,
+    json_number,
+    json_numbers,
+    numbers_from_json,
+)
+
+ProgramOrder = Literal["score", "index", "newest"]
+_FRESH = {"populate_existing": True}  # a row read twice in one session shows the database's values
+_NO_SYNC = {"synchronize_session": False}  # updates go to the database; reads re-read it
+
+
+# ------------------------------------------------------------------------------------ conversion
+
+
+def to_program(row: ProgramRow) -> Program:
+    return Program(
+        id=row.id,
+        job_id=row.job_id,
+        source=row.source,
+        content_hash=row.content_hash,
+        parent_id=row.parent_id,
+        island=row.island,
+        generation=row.generation,
+        proposal_index=row.proposal_index,
+        status=ProgramStatus(row.status),
+        epoch=row.epoch,
+        attempts=row.attempts,
+        diff=row.diff,
+        proposer=row.proposer,
+        score=row.score,
+        stage_scores=numbers_from_json(row.stage_scores),
+        metrics=numbers_from_json(row.metrics),
+        heldout=numbers_from_json(row.heldout),
+        features=numbers_from_json(row.features),
+        cell=None if row.cell is None else cell_from_text(row.cell),
+        cases=tuple(case_from_list(case) for case in row.cases),
+        feedback=row.feedback,
+        error=row.error,
+        artifacts={str(key): str(value) for key, value in row.artifacts.items()},
+        created_at=as_utc(row.created_at),
+        evaluated_at=None if row.evaluated_at is None else as_utc(row.evaluated_at),
+    )
+
+
+def _cases_json(cases: Sequence[CaseResult]) -> list[list[Any]]:
+    return [
+        [case.key, json_number(case.cost), case.detail] for case in cases
+    ]  # case_to_list's form
+
+
+def _row_values(program: Program) -> dict[str, Any]:
+    return {
+        "id": program.id,
+        "job_id": program.job_id,
+        "source": program.source,
+        "content_hash": program.content_hash,
+        "parent_id": program.parent_id,
+        "island": program.island,
+        "epoch": program.epoch,
+        "generation": program.generation,
+        "proposal_index": program.proposal_index,
+        "status": program.status.value,
+        "attempts": program.attempts,
+        "diff": program.diff,
+        "proposer": program.proposer,
+        "score": finite_or_none(program.score),
+        "stage_scores": json_numbers(program.stage_scores),
+        "metrics": json_numbers(program.metrics),
+        "heldout": json_numbers(program.heldout),
+        "features": json_numbers(program.features),
+        "cell": None if program.cell is None else cell_to_text(program.cell),
+        "cases": _cases_json(program.cases),
+        "feedback": program.feedback,
+        "error": program.error,
+        "artifacts": dict(program.artifacts),
+        "created_at": program.created_at or utcnow(),
+        "evaluated_at": program.evaluated_at,
+    }
+
+
+def _rowcount(result: object) -> int:
+    return cast(CursorResult[Any], result).rowcount
+
+
+# ---------------------------------------------------------------------------------------- writes
+
+
+async def insert_program(session: AsyncSession, program: Program) -> None:
+    """Insert a program (normally pending, before its task is enqueued). A second program with the
+    same content hash in the job violates a unique constraint: check ``find_program_by_hash``."""
+    await session.execute(insert(ProgramRow).values(**_row_values(program)))
+
+
+async def mark_enqueued(session: AsyncSession, program_id: ProgramId) -> int:
+    """Count one more task enqueued for the program; returns the new count (the task's attempt)."""
+    attempts = await session.scalar(
+        update(ProgramRow)
+        .where(ProgramRow.id == program_id)
+        .values(attempts=ProgramRow.attempts + 1)
+        .returning(ProgramRow.attempts)
+        .execution_options(**_NO_SYNC)
+    )
+    if attempts is None:
+        raise UnknownProgramError(f"no program {program_id}")
+    return int(attempts)
+
+
+async def apply_evaluation(
+    session: AsyncSession, evaluation: Evaluation, *, cell: CellKey | None
+) -> bool:
+    """Record a worker's result, once: one UPDATE guarded by ``status = 'pending'``.
+
+    Returns False when the program is not pending any more (a duplicate delivery, or a program
+    already failed by the dead-letter path); nothing is changed then.
+    """
+    if evaluation.status is ProgramStatus.PENDING:
+        raise ProgramDbError(f"an evaluation cannot leave program {evaluation.program_id} pending")
+    artifacts: dict[str, str] = {}
+    for stage in evaluation.stages:
+        artifacts.update(stage.artifacts)  # later stages win, as in Evaluation.metrics
+    result = await session.execute(
+        update(ProgramRow)
+        .where(
+            ProgramRow.id == evaluation.program_id,
+            ProgramRow.job_id == evaluation.job_id,
+            ProgramRow.status == ProgramStatus.PENDING.value,
+        )
+        .values(
+            status=evaluation.status.value,
+            score=finite_or_none(evaluation.score),
+            stage_scores=json_numbers(evaluation.stage_scores),
+            metrics=json_numbers(evaluation.metrics),
+            heldout=json_numbers(evaluation.heldout),
+            features=json_numbers(evaluation.features),
+            cell=None if cell is None else cell_to_text(cell),
+            cases=_cases_json(evaluation.cases),
+            feedback=evaluation.feedback,
+            error=evaluation.error,
+            artifacts=artifacts,
+            evaluated_at=utcnow(),
+        )
+        .execution_options(**_NO_SYNC)
+    )
+    return _rowcount(result) == 1
+
+
+async def mark_failed(session: AsyncSession, program_id: ProgramId, reason: str) -> bool:
+    """Fail a pending program (e.g. its task was dead-lettered); False if it was not pending."""
+    result = await session.execute(
+        update(ProgramRow)
+        .where(ProgramRow.id == program_id, ProgramRow.status == ProgramStatus.PENDING.value)
+        .values(status=ProgramStatus.FAILED.value, error=reason, evaluated_at=utcnow())
+        .execution_options(**_NO_SYNC)
+    )
+    return _rowcount(result) == 1
+
+
+# ----------------------------------------------------------------------------------------- reads
+
+
+async def find_program_by_hash(
+    session: AsyncSession, job_id: JobId, content_hash: str
+) -> ProgramId | None:
+    return await session.scalar(
+        select(ProgramRow.id).where(
+            ProgramRow.job_id == job_id, ProgramRow.content_hash == content_hash
+        )
+    )
+
+
+async def get_program(session: AsyncSession, program_id: ProgramId) -> Program | None:
+    row = await session.scalar(
+        select(ProgramRow).where(ProgramRow.id == program_id).execution_options(**_FRESH)
+    )
+    return None if row is None else to_program(row)
+
+
+async def get_programs(session: AsyncSession, ids: Sequence[ProgramId]) -> list[Program]:
+    """The programs of ``ids`` in the same order, in one query; unknown ids are left out."""
+    if not ids:
+        return []
+    rows = await session.scalars(
+        select(ProgramRow).where(ProgramRow.id.in_(set(ids))).execution_options(**_FRESH)
+    )
+    by_id = {row.id: to_program(row) for row in rows}
+    return [by_id[i] for i in ids if i in by_id]
+
+
+async def pending_programs(session: AsyncSession, job_id: JobId) -> list[Program]:
+    """Programs whose result has not landed (to re-enqueue on resume), oldest proposal first."""
+    return await _programs(
+        session,
+        select(ProgramRow)
+        .where(ProgramRow.job_id == job_id, ProgramRow.status == ProgramStatus.PENDING.value)
+        .order_by(ProgramRow.proposal_index, ProgramRow.id),
+    )
+
+
+async def program_counts(session: AsyncSession, job_id: JobId) -> ProgramCounts:
+    rows = await session.execute(
+        select(ProgramRow.status, func.count())
+        .where(ProgramRow.job_id == job_id)
+        .group_by(ProgramRow.status)
+    )
+    counts: Mapping[str, int] = {str(status): int(count) for status, count in rows}
+    return ProgramCounts(**{status.value: counts.get(status.value, 0) for status in ProgramStatus})
+
+
+async def best_program(session: AsyncSession, job_id: JobId) -> Program | None:
+    """The evaluated program with the highest score; the earliest proposal wins a tie."""
+    programs = await _programs(
+        session,
+        select(ProgramRow)
+        .where(
+            ProgramRow.job_id == job_id,
+            ProgramRow.status == ProgramStatus.EVALUATED.value,
+            ProgramRow.score.is_not(None),
+        )
+        .order_by(ProgramRow.score.desc(), ProgramRow.proposal_index)
+        .limit(1),
+    )
+    return programs[0] if programs else None
+
+
+async def list_programs(
+    session: AsyncSession,
+    job_id: JobId,
+    *,
+    status: ProgramStatus | None = None,
+    island: int | None = None,
+    limit: int = 50,
+    offset: int = 0,
+    order: ProgramOrder = "score",
+) -> list[Program]:
+    """A page of a job's programs: by score (best first, unscored last), by proposal index, or
+    newest first."""
+    query = select(ProgramRow).where(ProgramRow.job_id == job_id)
+    if status is not None:
+        query = query.where(ProgramRow.status == status.value)
+    if island is not None:
+        query = query.where(ProgramRow.island == island)
+    limit, offset = max(limit, 0), max(offset, 0)
+    if order == "score":
+        return await _by_score(session, query, limit=limit, offset=offset)
+    if order == "index":
+        query = query.order_by(ProgramRow.proposal_index, ProgramRow.id)
+    else:
+        query = query.order_by(ProgramRow.created_at.desc(), ProgramRow.proposal_index.desc())
+    return await _programs(session, query.limit(limit).offset(offset))
+
+
+async def _by_score(
+    session: AsyncSession, query: Select[ProgramRow], *, limit: int, offset: int
+) -> list[Program]:
+    """Scored programs best first, then unscored ones by proposal index.
+
+    Two queries rather than ``ORDER BY score DESC NULLS LAST``: that order cannot walk the
+    (job_id, score) index on Postgres, and SQLite indexes have no NULLS LAST, so a page would sort
+    the whole job. The unscored query (and a count) only runs for pages past the scored rows.
+    """
+    scored = query.where(ProgramRow.score.is_not(None))
+    page = await _programs(
+        session,
+        scored.order_by(ProgramRow.score.desc(), ProgramRow.proposal_index)
+        .limit(limit)
+        .offset(offset),
+    )
+    if len(page) == limit:
+        return page
+    if page:
+        scored_total = offset + len(page)
+    else:
+        scored_total = int(
+            await session.scalar(select(func.count()).select_from(scored.subquery())) or 0
+        )
+    unscored = query.where(ProgramRow.score.is_(None)).order_by(
+        ProgramRow.proposal_index, ProgramRow.id
+    )
+    rest = unscored.limit(limit - len(page)).offset(max(offset - scored_total, 0))
+    return page + await _programs(session, rest)
+
+
+async def score_history(session: AsyncSession, job_id: JobId) -> list[tuple[int, float]]:
+    """``(proposal_index, score)`` of every evaluated program, by proposal index: the score-over-
+    time chart."""
+    rows = await session.execute(
+        select(ProgramRow.proposal_index, ProgramRow.score)
+        .where(
+            ProgramRow.job_id == job_id,
+            ProgramRow.status == ProgramStatus.EVALUATED.value,
+            ProgramRow.score.is_not(None),
+        )
+        .order_by(ProgramRow.proposal_index, ProgramRow.id)
+    )
+    return [(int(index), score) for index, score in rows if score is not None]
+
+
+async def _programs(session: AsyncSession, query: Select[ProgramRow]) -> list[Program]:
+    rows = await session.scalars(query.execution_options(**_FRESH))
+    return [to_program(row) for row in rows]

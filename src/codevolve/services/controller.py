@@ -1,0 +1,534 @@
+"""The evolution controller: one asyncio loop per job.
+
+It samples a parent and inspirations from the program database, builds a prompt, asks the proposer
+for a diff, applies it, inserts the child (pending) and only then enqueues its task; results are
+applied with a guarded transition, so a duplicate delivery changes nothing. Every state change that
+matters is committed before the next step, so the process can be killed at any point and the job
+resumed: pending programs are re-enqueued, evaluated ones are never evaluated again.
+
+Many proposals are in flight at once (``RunConfig.max_in_flight``); the database is touched by one
+transaction at a time (SQLite allows one writer, and the controller's transactions are short).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from codevolve.core.diff import ApplyFailure
+from codevolve.core.job import Job, JobState
+from codevolve.core.problem import Problem
+from codevolve.core.program import Evaluation, Program, ProgramId, ProgramStatus
+from codevolve.core.prompt import ProgramView, Proposal, ProposalStatus
+from codevolve.core.task import Task
+from codevolve.evaluator_workers.queue import TaskQueue
+from codevolve.program_db import archive, repository
+from codevolve.prompt_sampler.builder import build_prompt
+from codevolve.prompt_sampler.diff import apply_answer
+from codevolve.proposers.base import Proposer
+
+log = logging.getLogger(__name__)
+
+INITIAL_PROPOSAL_INDEX = -1  # the seed program is not the answer to any proposal
+RESULT_POLL_S = 0.2  # seconds; how often the result loop checks for the end of the run
+CONTROL_POLL_S = 2.0  # seconds; how often the job's state is re-read (pause/cancel from outside)
+
+
+def content_hash(source: str) -> str:
+    """Dedupe key: the source with trailing whitespace of each line ignored."""
+    canonical = "\n".join(line.rstrip() for line in source.strip().splitlines())
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(slots=True)
+class Progress:
+    """Live counters of a run, for progress bars and logs."""
+
+    proposals: int = 0  # proposals recorded, this run and earlier ones
+    max_proposals: int = 0
+    evaluated: int = 0  # results applied in this process
+    failed: int = 0
+    rejected: int = 0
+    apply_failed: int = 0
+    duplicates: int = 0
+    best_score: float | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def evaluated_per_s(self) -> float:
+        elapsed = time.monotonic() - self.started
+        done = self.evaluated + self.failed + self.rejected
+        return done / elapsed if elapsed > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _InFlight:
+    program_id: ProgramId
+    holds_slot: bool  # a proposal slot is released when its result lands
+
+
+class Controller:
+    """Runs one job until its budget is spent, it is paused or cancelled, or it fails."""
+
+    def __init__(
+        self,
+        job: Job,
+        *,
+        sessions: async_sessionmaker[AsyncSession],
+        queue: TaskQueue,
+        problem: Problem,
+        proposer: Proposer,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> None:
+        self._job = job
+        self._config = job.config
+        self._sessions = sessions
+        self._queue = queue
+        self._problem = problem
+        self._proposer = proposer
+        self._on_progress = on_progress or (lambda _p: None)
+        self._db_lock = asyncio.Lock()
+        self._slots = asyncio.Semaphore(self._config.max_in_flight)
+        self._in_flight: dict[ProgramId, _InFlight] = {}
+        self._archive_changed = asyncio.Event()
+        self._stop_proposing = asyncio.Event()
+        self._final_state = JobState.DONE
+        self._error: str | None = None
+        self.progress = Progress(max_proposals=self._config.max_proposals)
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self) -> JobState:
+        """Run (or resume) the job; returns the state it ends in."""
+        started = time.monotonic()
+        proposals_done, next_index = await self._start()
+        self.progress.proposals = proposals_done
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._consume_results())
+                tg.create_task(self._watch_control(started))
+                await self._produce(tg, proposals_done=proposals_done, next_index=next_index)
+                self._stop_proposing.set()
+        finally:
+            async with self._transaction() as session:
+                await repository.add_job_wall(session, self._job.id, time.monotonic() - started)
+        async with self._transaction() as session:
+            await repository.set_job_state(
+                session, self._job.id, self._final_state, error=self._error
+            )
+        return self._final_state
+
+    async def _start(self) -> tuple[int, int]:
+        """Mark the job running, seed it or re-enqueue what a crash left pending."""
+        async with self._transaction() as session:
+            await repository.set_job_state(session, self._job.id, JobState.RUNNING)
+            count, next_index = await repository.proposal_stats(session, self._job.id)
+            pending = await repository.pending_programs(session, self._job.id)
+            seeded = await repository.find_program_by_hash(
+                session, self._job.id, content_hash(self._problem.initial_program)
+            )
+            if seeded is None:
+                pending = [await self._insert_initial(session)]
+            best = await repository.best_program(session, self._job.id)
+            self.progress.best_score = best.score if best else None
+        for program in pending:
+            await self._enqueue(program)
+        if pending:
+            log.info("job %s: %d pending program(s) enqueued", self._job.id, len(pending))
+        return count, next_index
+
+    async def _insert_initial(self, session: AsyncSession) -> Program:
+        source = self._problem.initial_program
+        program = Program(
+            id=uuid.uuid4().hex,
+            job_id=self._job.id,
+            source=source,
+            content_hash=content_hash(source),
+            parent_id=None,
+            island=0,
+            generation=0,
+            proposal_index=INITIAL_PROPOSAL_INDEX,
+            status=ProgramStatus.PENDING,
+            proposer="initial",
+        )
+        await repository.insert_program(session, program)
+        return program
+
+    async def _produce(
+        self, tg: asyncio.TaskGroup, *, proposals_done: int, next_index: int
+    ) -> None:
+        """Start proposals while the budget lasts; each holds a slot until its result lands."""
+        remaining = self._config.max_proposals - proposals_done
+        index = next_index
+        while remaining > 0 and not self._stop_proposing.is_set():
+            await self._slots.acquire()
+            if self._stop_proposing.is_set():
+                self._slots.release()
+                break
+            tg.create_task(self._propose(index))
+            index += 1
+            remaining -= 1
+        # Wait for every slot to come back: all proposals resolved, all results applied.
+        for _ in range(self._config.max_in_flight):
+            await self._slots.acquire()
+
+    # ------------------------------------------------------------ proposals
+
+    async def _propose(self, index: int) -> None:
+        """One proposal, start to enqueue. The controller's per-iteration error boundary."""
+        released = False
+        try:
+            released = await self._propose_once(index)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the iteration boundary: record, log with ids, go on
+            log.exception("job %s proposal %d failed in the controller", self._job.id, index)
+            async with self._transaction() as session:
+                await repository.record_proposal(
+                    session,
+                    job_id=self._job.id,
+                    index=index,
+                    parent_id=None,
+                    island=0,
+                    proposer=self._proposer.name,
+                    status=ProposalStatus.PROPOSER_FAILED,
+                    reason="internal error (see the controller log)",
+                )
+            self.progress.proposals += 1
+        finally:
+            if not released:
+                self._slots.release()
+            self._on_progress(self.progress)
+
+    async def _propose_once(self, index: int) -> bool:
+        """Returns True when the slot now belongs to an enqueued child (released on its result)."""
+        config = self._config
+        island = index % config.islands
+        rng = np.random.default_rng([config.seed, index])
+        sample = None
+        while sample is None:
+            async with self._transaction() as session:
+                await self._maintain_islands(session, index, rng)
+                sample = await repository.sample(
+                    session,
+                    self._job.id,
+                    island,
+                    rng,
+                    exploit_ratio=config.exploit_ratio,
+                    temperature=config.rank_temperature,
+                    top=config.top_inspirations,
+                    diverse=config.diverse_inspirations,
+                )
+                best_cases = await repository.best_cases(session, self._job.id)
+            if sample is None:  # nothing evaluated yet: wait for the seed to land
+                if self._stop_proposing.is_set():
+                    return False
+                self._archive_changed.clear()
+                await self._archive_changed.wait()
+        prompt = build_prompt(
+            job_id=self._job.id,
+            problem=self._problem.name,
+            context=self._problem.description,
+            proposal_index=index,
+            island=island,
+            parent=_view(sample.parent),
+            inspirations=[_view(p) for p in sample.inspirations],
+            best_cases=best_cases,
+            rng=rng,
+        )
+        proposal = await self._proposer.propose(prompt, rng)
+        return await self._accept(
+            index,
+            island=island,
+            sample_epoch=sample.epoch,
+            parent=sample.parent,
+            proposal=proposal,
+            rng=rng,
+        )
+
+    async def _accept(
+        self,
+        index: int,
+        *,
+        island: int,
+        sample_epoch: int,
+        parent: Program,
+        proposal: Proposal,
+        rng: np.random.Generator,
+    ) -> bool:
+        """Apply the answer; record the proposal; insert and enqueue the child if there is one."""
+        outcome = (
+            None
+            if proposal.error
+            else apply_answer(
+                parent.source, proposal.text, max_code_length=self._config.max_code_length
+            )
+        )
+        child: Program | None = None
+        async with self._transaction() as session:
+
+            async def record(status: ProposalStatus, reason: str = "") -> None:
+                await repository.record_proposal(
+                    session,
+                    job_id=self._job.id,
+                    index=index,
+                    parent_id=parent.id,
+                    island=island,
+                    proposer=proposal.proposer,
+                    status=status,
+                    reason=reason,
+                    program_id=child.id if child else None,
+                    tokens_in=proposal.tokens_in,
+                    tokens_out=proposal.tokens_out,
+                    cost_usd=proposal.cost_usd,
+                )
+
+            if outcome is None:
+                await record(ProposalStatus.PROPOSER_FAILED, proposal.error or "")
+                self.progress.apply_failed += 1
+            elif isinstance(outcome, ApplyFailure):
+                await record(ProposalStatus.APPLY_FAILED, f"{outcome.kind}: {outcome.message}")
+                self.progress.apply_failed += 1
+            elif (
+                await repository.find_program_by_hash(
+                    session, self._job.id, content_hash(outcome.source)
+                )
+                is not None
+            ):
+                await record(ProposalStatus.DUPLICATE, "already in the job")
+                self.progress.duplicates += 1
+            else:
+                child = Program(
+                    id=uuid.uuid4().hex,
+                    job_id=self._job.id,
+                    source=outcome.source,
+                    content_hash=content_hash(outcome.source),
+                    parent_id=parent.id,
+                    island=island,
+                    epoch=sample_epoch,
+                    generation=parent.generation + 1,
+                    proposal_index=index,
+                    status=ProgramStatus.PENDING,
+                    diff=outcome.diff_text,
+                    proposer=proposal.proposer,
+                )
+                await repository.insert_program(session, child)
+                await record(ProposalStatus.CHILD)
+        self.progress.proposals += 1
+        if child is None:
+            return False
+        await self._enqueue(
+            child,
+            parent_scores=dict(parent.stage_scores),
+            seed=int(rng.integers(2**31)),
+            holds_slot=True,
+        )
+        return True
+
+    async def _enqueue(
+        self,
+        program: Program,
+        *,
+        parent_scores: dict[str, float] | None = None,
+        seed: int | None = None,
+        holds_slot: bool = False,
+    ) -> None:
+        async with self._transaction() as session:
+            attempts = await repository.mark_enqueued(session, program.id)
+            parent_scores = (
+                parent_scores
+                if parent_scores is not None
+                else (await self._parent_scores(session, program))
+            )
+        self._in_flight[program.id] = _InFlight(program_id=program.id, holds_slot=holds_slot)
+        await self._queue.submit(
+            Task(
+                program_id=program.id,
+                job_id=self._job.id,
+                problem=self._problem.name,
+                source=program.source,
+                seed=seed if seed is not None else _derived_seed(self._config.seed, program),
+                parent_scores=parent_scores,
+                limits=self._config.sandbox,
+                attempt=attempts,
+            )
+        )
+
+    async def _parent_scores(self, session: AsyncSession, program: Program) -> dict[str, float]:
+        if program.parent_id is None:
+            return {}
+        parent = await repository.get_program(session, program.parent_id)
+        return dict(parent.stage_scores) if parent else {}
+
+    async def _maintain_islands(
+        self, session: AsyncSession, index: int, rng: np.random.Generator
+    ) -> None:
+        """Migration and island resets, on fixed proposal indices so a resumed run keeps pace."""
+        config = self._config
+        if index == 0:
+            return
+        if config.migration_interval and index % config.migration_interval == 0:
+            await repository.migrate(session, self._job.id, migrants=config.migrants)
+        if config.reset_interval and index % config.reset_interval == 0:
+            reset = await repository.reset_islands(session, self._job.id, rng)
+            log.info("job %s: islands %s reset at proposal %d", self._job.id, reset, index)
+
+    # -------------------------------------------------------------- results
+
+    async def _consume_results(self) -> None:
+        """Apply results until every proposal is resolved and nothing is in flight."""
+        while not (self._stop_proposing.is_set() and not self._in_flight):
+            evaluation = await self._queue.next_result(RESULT_POLL_S)
+            if evaluation is None:
+                continue
+            await self._apply(evaluation)
+            self._on_progress(self.progress)
+
+    async def _apply(self, evaluation: Evaluation) -> None:
+        flight = self._in_flight.pop(evaluation.program_id, None)
+        cell = (
+            archive.cell_key(evaluation.features, self._problem.features)
+            if evaluation.status is ProgramStatus.EVALUATED
+            else None
+        )
+        async with self._transaction() as session:
+            program = await repository.get_program(session, evaluation.program_id)
+            applied = await repository.apply_evaluation(session, evaluation, cell=cell)
+            if applied and program is not None:
+                await self._archive(session, program, evaluation, cell)
+        if applied:
+            self._count(evaluation)
+            if (
+                program is not None
+                and program.parent_id is None
+                and (evaluation.status is not ProgramStatus.EVALUATED)
+            ):
+                self._fail(f"the initial program did not pass: {evaluation.error or 'rejected'}")
+        if flight is not None and flight.holds_slot:
+            self._slots.release()
+
+    async def _archive(
+        self,
+        session: AsyncSession,
+        program: Program,
+        evaluation: Evaluation,
+        cell: tuple[int, ...] | None,
+    ) -> None:
+        if evaluation.cases:
+            await repository.upsert_best_cases(session, self._job.id, program.id, evaluation.cases)
+        score = evaluation.score
+        if evaluation.status is not ProgramStatus.EVALUATED or score is None or cell is None:
+            return
+        if program.parent_id is None:  # the seed enters every island at its current epoch
+            targets = list((await repository.island_epochs(session, self._job.id)).items())
+        else:
+            targets = [(program.island, program.epoch)]
+        for island, epoch in targets:
+            await repository.add_elite(
+                session,
+                job_id=self._job.id,
+                island=island,
+                cell=cell,
+                program_id=program.id,
+                score=score,
+                epoch=epoch,
+            )
+        if self.progress.best_score is None or score > self.progress.best_score:
+            self.progress.best_score = score
+            await repository.update_job_best(session, self._job.id)
+        self._archive_changed.set()
+
+    def _count(self, evaluation: Evaluation) -> None:
+        if evaluation.status is ProgramStatus.EVALUATED:
+            self.progress.evaluated += 1
+        elif evaluation.status is ProgramStatus.REJECTED:
+            self.progress.rejected += 1
+        else:
+            self.progress.failed += 1
+        if evaluation.status is ProgramStatus.FAILED:
+            log.debug("program %s failed: %s", evaluation.program_id, evaluation.error)
+
+    # -------------------------------------------------------------- control
+
+    async def _watch_control(self, started: float) -> None:
+        """Stop proposing on the wall budget, or when the job is paused or cancelled outside."""
+        wall_budget = self._config.max_wall_s
+        already = self._job.wall_s
+        poll = CONTROL_POLL_S if wall_budget is None else min(CONTROL_POLL_S, 0.5)
+        while not self._stop_proposing.is_set():
+            try:
+                async with asyncio.timeout(poll):
+                    await self._stop_proposing.wait()
+                break
+            except TimeoutError:
+                pass
+            if wall_budget is not None and already + time.monotonic() - started >= wall_budget:
+                log.info("job %s: wall budget of %.0f s reached", self._job.id, wall_budget)
+                self._stop_proposing.set()
+                break
+            async with self._transaction() as session:
+                job = await repository.get_job(session, self._job.id)
+            if job is not None and job.state in (JobState.PAUSED, JobState.CANCELLED):
+                self._final_state = job.state
+                self._stop_proposing.set()
+        self._archive_changed.set()  # wake proposals waiting for a first elite
+
+    def _fail(self, error: str) -> None:
+        log.error("job %s failed: %s", self._job.id, error)
+        self._final_state = JobState.FAILED
+        self._error = error
+        self._stop_proposing.set()
+        self._archive_changed.set()
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._sessions, self._db_lock)
+
+
+class _Transaction:
+    """``async with``: one session, one transaction, committed on success; one at a time."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], lock: asyncio.Lock) -> None:
+        self._sessions = sessions
+        self._lock = lock
+        self._session: AsyncSession | None = None
+
+    async def __aenter__(self) -> AsyncSession:
+        await self._lock.acquire()
+        self._session = self._sessions()
+        await self._session.begin()
+        return self._session
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        assert self._session is not None
+        try:
+            if exc_type is None:
+                await self._session.commit()
+            else:
+                await self._session.rollback()
+        finally:
+            await self._session.close()
+            self._lock.release()
+
+
+def _view(program: Program) -> ProgramView:
+    return ProgramView(
+        id=program.id,
+        source=program.source,
+        score=program.score,
+        metrics=program.metrics,
+        cases=program.cases,
+        feedback=program.feedback,
+        error=program.error,
+    )
+
+
+def _derived_seed(seed: int, program: Program) -> int:
+    return int(np.random.default_rng([seed, program.proposal_index + 1]).integers(2**31))

@@ -1,0 +1,51 @@
+"""``codevolve evaluate``: run one program file through its problem's cascade, here.
+
+The program runs in the same sandbox the workers use; nothing is written to a database.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from codevolve.core.codec import stage_to_dict
+from codevolve.core.config import SandboxLimits
+from codevolve.core.errors import ConfigError
+from codevolve.core.task import Task
+from codevolve.evaluator_workers.cascade import SandboxedCandidate, run_cascade
+from codevolve.evaluator_workers.sandbox import SandboxPool
+from codevolve.problems.gemm_tiling import report as gemm_report
+from codevolve.problems.registry import get_problem
+
+GEMM_PROBLEMS = ("gemm-tiling",)
+
+
+def evaluate_file(
+    *, problem: str, program: Path, shapes: object | None = None, seed: int = 0
+) -> dict[str, Any]:
+    """The cascade's verdict on ``program``; for gemm a per-shape table too (default: the 88)."""
+    if not program.is_file():
+        raise ConfigError(f"--program: no file {program}")
+    source = program.read_text()
+    spec = get_problem(problem)
+    if shapes is not None and problem not in GEMM_PROBLEMS:
+        raise ConfigError(f"--shapes applies to {', '.join(GEMM_PROBLEMS)} only")
+    parsed = gemm_report.parse_shapes(shapes) if shapes is not None else None
+    limits = SandboxLimits()
+    with SandboxPool(size=1) as pool:
+        task = Task(
+            program_id="file", job_id="-", problem=problem, source=source, seed=seed, limits=limits
+        )
+        evaluation = run_cascade(spec, task, pool, worker="cli")
+        result: dict[str, Any] = {
+            "problem": problem,
+            "program": str(program),
+            "status": evaluation.status.value,
+            "score": evaluation.score,
+            "error": evaluation.error,
+            "stages": [stage_to_dict(s) for s in evaluation.stages],
+        }
+        if problem in GEMM_PROBLEMS:
+            candidate = SandboxedCandidate(source, limits=limits, pool=pool)
+            result.update(gemm_report.shape_report(candidate, parsed))
+    return result

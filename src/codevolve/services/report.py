@@ -1,0 +1,51 @@
+"""The end-of-run report: counts, budgets used, and the best program against the baselines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from codevolve.core.problem import Problem
+from codevolve.core.prompt import ProposalStatus
+from codevolve.program_db import repository
+
+HELDOUT_SCORE = "score"  # the held-out metric that mirrors a program's score on the held-out split
+
+
+async def build_report(session: AsyncSession, job_id: str, problem: Problem) -> dict[str, Any]:
+    """JSON-ready summary of a job; the table printed at the end of a run reads the same dict."""
+    job = await repository.get_job(session, job_id)
+    if job is None:
+        raise LookupError(f"no job {job_id}")
+    counts = await repository.program_counts(session, job_id)
+    proposals = await repository.proposal_counts(session, job_id)
+    best = await repository.best_program(session, job_id)
+    report: dict[str, Any] = {
+        "job_id": job_id,
+        "problem": job.config.problem,
+        "state": job.state.value,
+        "seed": job.config.seed,
+        "proposals": sum(proposals.values()),
+        "evaluated": counts.evaluated,
+        "failed": counts.failed,
+        "rejected": counts.rejected,
+        "pending": counts.pending,
+        "apply_failed": proposals.get(ProposalStatus.APPLY_FAILED, 0),
+        "proposer_failed": proposals.get(ProposalStatus.PROPOSER_FAILED, 0),
+        "duplicates": proposals.get(ProposalStatus.DUPLICATE, 0),
+        "wall_s": round(job.wall_s, 3),
+        "best_program_id": best.id if best else None,
+        "best_score": best.score if best else None,
+    }
+    evolved_train = best.score if best else None
+    evolved_test = best.heldout.get(HELDOUT_SCORE) if best else None
+    for split, evolved in (("train", evolved_train), ("test", evolved_test)):
+        row: dict[str, float | None] = {}
+        for baseline in problem.baselines():
+            row[baseline.name] = baseline.train if split == "train" else baseline.test
+        row["evolved"] = evolved
+        oracle = row.get("oracle")
+        row["evolved_over_oracle"] = evolved / oracle if evolved is not None and oracle else None
+        report[split] = row
+    return report

@@ -1,0 +1,111 @@
+"""Composition of the embedded default: one process, SQLite (or any URL), in-process workers.
+
+This is the only place (with the CLI) that creates the engine, the queue, the sandbox pool and the
+proposer for a run; everything is closed when the run ends, also on errors and cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from codevolve.core.config import RunConfig
+from codevolve.core.errors import ConfigError
+from codevolve.core.job import Job, JobState
+from codevolve.core.problem import Problem
+from codevolve.evaluator_workers.local_queue import LocalQueue
+from codevolve.evaluator_workers.sandbox import SandboxPool
+from codevolve.evaluator_workers.worker import run_worker
+from codevolve.problems.registry import get_problem
+from codevolve.program_db import repository
+from codevolve.program_db.engine import create_engine, session_factory, upgrade
+from codevolve.proposers.base import Proposer
+from codevolve.proposers.simulated import SimulatedProposer
+from codevolve.services.controller import Controller, Progress
+from codevolve.services.report import build_report
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    job_id: str
+    state: JobState
+    report: dict[str, Any]
+
+
+@functools.cache
+def cached_problem(name: str) -> Problem:
+    """Problems are immutable and some precompute tables: build each once per process."""
+    return get_problem(name)
+
+
+def make_proposer(config: RunConfig, problem: Problem) -> Proposer:
+    return SimulatedProposer(problem.mutations(), domain_weight=config.proposer.domain_weight)
+
+
+async def run_embedded(
+    *,
+    db_url: str,
+    config: RunConfig | None = None,
+    resume: str | None = None,
+    workers: int = 2,
+    on_start: Callable[[Job], None] | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> RunResult:
+    """Create (``config``) or resume (``resume`` = job id) a job and run it to its end here."""
+    engine = create_engine(db_url)
+    try:
+        await upgrade(engine)
+        sessions = session_factory(engine)
+        async with sessions.begin() as session:
+            job = await _create_or_load(session, config=config, resume=resume)
+        problem = cached_problem(job.config.problem)
+        if on_start is not None:
+            on_start(job)
+        queue = LocalQueue()
+        stop = asyncio.Event()
+        with SandboxPool(size=workers) as pool:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(
+                    run_worker(
+                        queue,
+                        resolve_problem=cached_problem,
+                        pool=pool,
+                        concurrency=workers,
+                        name="local",
+                        stop=stop,
+                    )
+                )
+                try:
+                    controller = Controller(
+                        job,
+                        sessions=sessions,
+                        queue=queue,
+                        problem=problem,
+                        proposer=make_proposer(job.config, problem),
+                        on_progress=on_progress,
+                    )
+                    state = await controller.run()
+                finally:
+                    stop.set()
+        async with sessions.begin() as session:
+            report = await build_report(session, job.id, problem)
+        return RunResult(job_id=job.id, state=state, report=report)
+    finally:
+        await engine.dispose()
+
+
+async def _create_or_load(session: Any, *, config: RunConfig | None, resume: str | None) -> Job:
+    if resume is None:
+        if config is None:
+            raise ConfigError("either a config or a job id to resume is needed")
+        get_problem(config.problem)  # fail early, listing the known problems
+        return await repository.create_job(session, config)
+    job = await repository.get_job(session, resume)
+    if job is None:
+        raise ConfigError(f"--resume: no job {resume!r} in this database")
+    if job.state is JobState.CANCELLED:
+        raise ConfigError(f"--resume: job {resume} was cancelled")
+    return job

@@ -1,0 +1,30 @@
+"""Process settings, read from the environment (CODEVOLVE_*) by composition roots only."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DB_URL = "sqlite+aiosqlite:///codevolve.sqlite"  # a file in the working directory
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CODEVOLVE_", extra="ignore")
+
+    db: str = Field(DEFAULT_DB_URL, description="database URL (SQLite file or Postgres)")
+    log_level: str = Field("WARNING", description="logging level of the process")
+
+
+def normalise_db_url(url: str) -> str:
+    """Accept the short forms users type and return a SQLAlchemy async URL.
+
+    ``file.db`` or ``sqlite:///file.db`` -> aiosqlite; ``postgresql://`` -> asyncpg.
+    """
+    if "://" not in url:
+        return f"sqlite+aiosqlite:///{url}"
+    scheme, rest = url.split("://", 1)
+    if scheme == "sqlite":
+        return f"sqlite+aiosqlite://{rest}"
+    if scheme in ("postgres", "postgresql"):
+        return f"postgresql+asyncpg://{rest}"
+    return url

@@ -1,0 +1,99 @@
+"""A small end-to-end run on the embedded default: SQLite, in-process workers, simulated
+proposer."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from codevolve.core.config import RunConfig
+from codevolve.services.cli import main
+from codevolve.services.runtime import run_embedded
+
+REPORT_KEYS = {
+    "job_id",
+    "proposals",
+    "evaluated",
+    "failed",
+    "rejected",
+    "wall_s",
+    "best_program_id",
+    "train",
+    "test",
+}
+SPLIT_KEYS = {"expert", "lookup", "evolved", "oracle", "evolved_over_oracle"}
+
+
+async def test_small_run_improves_on_the_initial_program_and_accounts_for_every_proposal(
+    tmp_path: Path,
+) -> None:
+    db = f"sqlite+aiosqlite:///{tmp_path / 'run.sqlite'}"
+    config = RunConfig(problem="gemm-tiling", seed=3, max_proposals=120, islands=2)
+    result = await run_embedded(db_url=db, config=config, workers=2)
+
+    report = result.report
+    assert result.state.value == "done"
+    assert report.keys() >= REPORT_KEYS
+    assert report["train"].keys() >= SPLIT_KEYS and report["test"].keys() >= SPLIT_KEYS
+    assert report["proposals"] == 120
+    made = report["evaluated"] + report["rejected"] + report["failed"] + report["pending"]
+    # every proposal is a child, a failed apply or a duplicate; the seed program is extra
+    assert (
+        made - 1 + report["apply_failed"] + report["duplicates"] + report["proposer_failed"] == 120
+    )
+    assert report["pending"] == 0
+    assert report["train"]["evolved"] > 1.0  # better than the expert it started from
+    assert report["train"]["evolved"] <= report["train"]["oracle"] + 1e-9
+    assert 0 < report["test"]["evolved_over_oracle"] <= 1.0 + 1e-9
+
+
+def test_cli_run_writes_the_report_and_best_prints_the_source(
+    tmp_path: Path, capsys: object
+) -> None:
+    db = str(tmp_path / "cli.sqlite")
+    report_path = tmp_path / "report.json"
+    code = main(
+        [
+            "run",
+            "gemm-tiling",
+            "--proposals",
+            "30",
+            "--seed",
+            "1",
+            "--db",
+            db,
+            "--report",
+            str(report_path),
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    report = json.loads(report_path.read_text())
+    assert report["proposals"] == 30
+
+    assert main(["best", report["job_id"], "--db", db]) == 0
+    assert main(["show", report["best_program_id"], "--db", db, "--json"]) == 0
+    assert main(["status", report["job_id"], "--db", db, "--json"]) == 0
+    with sqlite3.connect(tmp_path / "cli.sqlite") as conn:
+        (states,) = conn.execute("select count(*) from jobs where state = 'done'").fetchone()
+    assert states == 1
+
+
+def test_cli_rejects_an_unknown_problem_and_lists_the_known_ones(
+    tmp_path: Path, capsys: object
+) -> None:
+    code = main(
+        [
+            "run",
+            "no-such-problem",
+            "--proposals",
+            "5",
+            "--db",
+            str(tmp_path / "x.sqlite"),
+            "--quiet",
+        ]
+    )
+    assert code == 2
+    err = capsys.readouterr().err  # type: ignore[attr-defined]
+    assert "gemm-tiling" in err
