@@ -27,6 +27,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--proposals", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--islands", type=int, default=None, help="default: RunConfig's")
     args = parser.parse_args()
 
     rows = []
@@ -37,7 +38,10 @@ def main() -> None:
     for seed in args.seeds:
         with tempfile.TemporaryDirectory() as tmp:
             db = f"sqlite+aiosqlite:///{Path(tmp) / 'bench.sqlite'}"
-            config = RunConfig(problem="gemm-tiling", seed=seed, max_proposals=args.proposals)
+            overrides = {} if args.islands is None else {"islands": args.islands}
+            config = RunConfig(
+                problem="gemm-tiling", seed=seed, max_proposals=args.proposals, **overrides
+            )
             started = time.perf_counter()
             result = asyncio.run(run_embedded(db_url=db, config=config, workers=args.workers))
             wall = time.perf_counter() - started

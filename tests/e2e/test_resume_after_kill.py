@@ -53,13 +53,15 @@ def test_a_killed_run_resumes_without_losing_or_reevaluating_programs(tmp_path: 
             stdout=subprocess.DEVNULL,
             stderr=stderr,
         )
-        deadline = time.monotonic() + 120
-        while len(_evaluated(db)) < 60:
-            assert run.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "the run made no progress"
-            time.sleep(0.2)
-        os.killpg(run.pid, signal.SIGKILL)  # the controller, its workers and sandbox children
-        run.wait()
+        try:
+            deadline = time.monotonic() + 120
+            while len(_evaluated(db)) < 60:
+                assert run.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "the run made no progress"
+                time.sleep(0.2)
+        finally:
+            os.killpg(run.pid, signal.SIGKILL)  # the controller, its workers, sandbox children
+            run.wait()
 
     before = _evaluated(db)
     with sqlite3.connect(db) as conn:

@@ -349,3 +349,15 @@ def test_launch_limits() -> None:
     assert not launchable(GemmConfig(256, 128, 64, 4, 3, 8))  # registers
     assert not launchable(GemmConfig(256, 256, 128, 8, 5, 8))  # shared memory
     assert not launchable(GemmConfig(16, 16, 16, 2, 1, 1))  # warps for the tile
+
+
+def test_textbook_configs_are_launchable_and_fit_the_shape() -> None:
+    from codevolve.problems.gemm_tiling.mutations import launchable, textbook_configs
+
+    for shape in ((1, 6144, 4096), (64, 1280, 8192), (8192, 28672, 4096)):
+        configs = textbook_configs(shape)
+        assert len(configs) > 10
+        assert all(launchable(c) for c in configs)
+        padded_m = max(16, 1 << (shape[0] - 1).bit_length())
+        assert all(c.block_m <= padded_m for c in configs)
+        assert all(c.group_m == 1 for c in configs if shape[0] <= c.block_m)

@@ -85,3 +85,51 @@ class Applied:
 
 
 ApplyOutcome = Applied | ApplyFailure
+
+
+def occurrences(text: str, needle: str) -> int:
+    """How often ``needle`` occurs in ``text``, overlapping occurrences included."""
+    count, at = 0, text.find(needle)
+    while at != -1:
+        count += 1
+        at = text.find(needle, at + 1)
+    return count
+
+
+def unique_line_hunk(
+    source: str, *, start: int, end: int, new_lines: list[str], region: tuple[int, int]
+) -> Hunk | None:
+    """Replace lines ``[start, end)`` of ``source`` by ``new_lines`` as a hunk unique in it.
+
+    Context lines inside ``region`` (line indices ``[first, stop)``) are added, after first and
+    then alternately, until the SEARCH text occurs once, neither side is empty and no side starts
+    or ends with a blank line (appliers may trim those). None when the region runs out first.
+    Mutations of every proposer build their hunks here, so all emit the same canonical form.
+    """
+    lines = source.split("\n")
+    first, stop = region
+    low, high = start, end
+    prefer_after = True
+    while True:
+        search_lines = lines[low:high]
+        hunk = Hunk(
+            search="\n".join(search_lines),
+            replace="\n".join([*lines[low:start], *new_lines, *lines[end:high]]),
+        )
+        if (
+            search_lines
+            and hunk.replace.strip()
+            and hunk.search != hunk.replace
+            and search_lines[0].strip()
+            and search_lines[-1].strip()
+            and occurrences(source, hunk.search) == 1
+        ):
+            return hunk
+        can_after, can_before = high < stop, low > first
+        if not (can_after or can_before):
+            return None
+        if can_after and (prefer_after or not can_before):
+            high += 1
+        else:
+            low -= 1
+        prefer_after = not prefer_after

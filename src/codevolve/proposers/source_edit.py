@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Hunk
+from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Hunk, unique_line_hunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,47 +49,11 @@ def region_of(regions: tuple[Region, ...], first: int, last: int) -> Region | No
 def line_hunk(
     source: str, region: Region, *, start: int, end: int, new_lines: list[str]
 ) -> Hunk | None:
-    """Replace lines ``[start, end)`` of ``source`` by ``new_lines`` as a hunk unique in it.
-
-    Context lines inside ``region`` are added, after first and then alternately, until the SEARCH
-    text occurs once, neither side is empty and no side starts or ends with a blank line (appliers
-    may trim those). None when the region runs out first.
-    """
-    lines = source.split("\n")
-    low, high = start, end
-    prefer_after = True
-    while True:
-        hunk = Hunk(
-            search="\n".join(lines[low:high]),
-            replace="\n".join([*lines[low:start], *new_lines, *lines[end:high]]),
-        )
-        if _acceptable(source, hunk, lines[low:high]):
-            return hunk
-        can_after, can_before = high < region.end, low > region.start
-        if not (can_after or can_before):
-            return None
-        if can_after and (prefer_after or not can_before):
-            high += 1
-        else:
-            low -= 1
-        prefer_after = not prefer_after
-
-
-def _acceptable(source: str, hunk: Hunk, search_lines: list[str]) -> bool:
-    if not search_lines or not hunk.replace.strip() or hunk.search == hunk.replace:
-        return False
-    if not search_lines[0].strip() or not search_lines[-1].strip():
-        return False
-    return occurrences(source, hunk.search) == 1
-
-
-def occurrences(text: str, needle: str) -> int:
-    """How often ``needle`` occurs in ``text``, overlapping occurrences included."""
-    count, at = 0, text.find(needle)
-    while at != -1:
-        count += 1
-        at = text.find(needle, at + 1)
-    return count
+    """Replace lines ``[start, end)`` by ``new_lines`` as a hunk unique in ``source``, widened
+    by context lines inside ``region`` (see :func:`codevolve.core.diff.unique_line_hunk`)."""
+    return unique_line_hunk(
+        source, start=start, end=end, new_lines=new_lines, region=(region.start, region.end)
+    )
 
 
 def child_of(source: str, hunk: Hunk) -> str | None:

@@ -27,7 +27,7 @@ from codevolve.core.diff import ApplyFailure
 from codevolve.core.job import Job, JobState
 from codevolve.core.problem import Problem
 from codevolve.core.program import Evaluation, Program, ProgramId, ProgramStatus
-from codevolve.core.prompt import ProgramView, Proposal, ProposalStatus
+from codevolve.core.prompt import BestCase, ProgramView, Proposal, ProposalStatus
 from codevolve.core.task import Task
 from codevolve.evaluator_workers.queue import TaskQueue
 from codevolve.program_db import archive, repository
@@ -98,6 +98,9 @@ class Controller:
         self._db_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(self._config.max_in_flight)
         self._in_flight: dict[ProgramId, _InFlight] = {}
+        # The best cost seen per case, mirrored from the database: read per proposal, written
+        # (improvements only) per result, so neither costs a query of all cases each time.
+        self._best_cases: dict[str, BestCase] = {}
         self._archive_changed = asyncio.Event()
         self._stop_proposing = asyncio.Event()
         self._final_state = JobState.DONE
@@ -139,6 +142,7 @@ class Controller:
                 pending = [await self._insert_initial(session)]
             best = await repository.best_program(session, self._job.id)
             self.progress.best_score = best.score if best else None
+            self._best_cases = await repository.best_cases(session, self._job.id)
         for program in pending:
             await self._enqueue(program)
         if pending:
@@ -227,7 +231,7 @@ class Controller:
                     top=config.top_inspirations,
                     diverse=config.diverse_inspirations,
                 )
-                best_cases = await repository.best_cases(session, self._job.id)
+            best_cases = dict(self._best_cases)
             if sample is None:  # nothing evaluated yet: wait for the seed to land
                 if self._stop_proposing.is_set():
                     return False
@@ -422,8 +426,17 @@ class Controller:
         evaluation: Evaluation,
         cell: tuple[int, ...] | None,
     ) -> None:
-        if evaluation.cases:
-            await repository.upsert_best_cases(session, self._job.id, program.id, evaluation.cases)
+        improved = [
+            case
+            for case in evaluation.cases
+            if case.key not in self._best_cases or case.cost < self._best_cases[case.key].cost
+        ]
+        if improved:
+            await repository.upsert_best_cases(session, self._job.id, program.id, improved)
+            for case in improved:
+                self._best_cases[case.key] = BestCase(
+                    key=case.key, cost=case.cost, detail=case.detail, program_id=program.id
+                )
         score = evaluation.score
         if evaluation.status is not ProgramStatus.EVALUATED or score is None or cell is None:
             return

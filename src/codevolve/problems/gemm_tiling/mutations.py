@@ -30,7 +30,7 @@ from typing import TypeGuard
 import numpy as np
 from numpy.random import Generator
 
-from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Diff, Hunk
+from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Diff, Hunk, unique_line_hunk
 from codevolve.core.problem import Mutation
 from codevolve.core.prompt import BestCase, Prompt
 from codevolve.problems.gemm_tiling.initial_program import GemmConfig
@@ -55,6 +55,23 @@ MAX_SHARED_BYTES = 232448  # per block: 227 KiB
 ATTEMPTS = 8  # random draws per proposal before a mutation gives up
 GAP_TOLERANCE = 1e-6  # relative; a smaller gap to the best cost is noise, not a target
 BEST_SHARE = 0.5  # how often the directed mutation copies the best config seen for its shape
+FIT_SHARE = 0.3  # otherwise, how often it fits the current tile to M instead of a coherent move
+EXACT_SHARE = 0.05  # how often a directed rule targets exactly one shape (it cannot generalise)
+TEXTBOOK_SHARE = 0.25  # or tries a config of a published list, scaled to the shape
+# (block_m, block_n, block_k, num_stages, num_warps): the Triton matmul tutorial's autotune list
+# (triton-lang/triton python/tutorials/03-matrix-multiplication.py) and PyTorch inductor's mm
+# configs (torch/_inductor/template_heuristics), public data recorded in the research notes.
+TEXTBOOK_LISTS: tuple[tuple[int, int, int, int, int], ...] = (
+    (128, 256, 64, 3, 8), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4), (128, 64, 32, 4, 4),
+    (64, 128, 32, 4, 4), (128, 32, 32, 4, 4), (64, 32, 32, 5, 2), (32, 64, 32, 5, 2),
+    (128, 256, 128, 3, 8), (256, 128, 128, 3, 8), (256, 64, 128, 4, 4), (64, 256, 128, 4, 4),
+    (128, 128, 128, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (128, 32, 64, 4, 4),
+    (32, 32, 16, 1, 2), (32, 32, 128, 2, 4), (32, 64, 32, 5, 8), (64, 32, 32, 5, 8),
+    (64, 32, 128, 5, 4), (64, 64, 16, 2, 4), (64, 64, 32, 2, 4), (64, 64, 64, 3, 8),
+    (64, 64, 128, 5, 4), (64, 128, 32, 3, 4), (64, 128, 32, 4, 8), (64, 128, 64, 3, 4),
+    (64, 128, 128, 4, 4), (128, 64, 32, 3, 4), (128, 64, 32, 4, 8), (128, 128, 32, 2, 8),
+    (128, 128, 32, 3, 4), (128, 128, 64, 3, 4), (128, 128, 64, 5, 8), (128, 128, 128, 4, 8),
+)  # fmt: skip
 # Coherent moves of the directed mutation: (field, steps along its value list) changed together,
 # e.g. a taller tile with more warps, a narrower one with a deeper pipeline.
 COHERENT_MOVES: tuple[tuple[tuple[str, int], ...], ...] = (
@@ -265,35 +282,14 @@ def _parses(source: str) -> bool:
 
 
 def _unique_hunk(program: RuleProgram, edit: LineEdit) -> Hunk | None:
-    """The edit as a hunk whose SEARCH occurs once, widened by context lines inside the block.
-
-    Neither side may be empty or start or end with a blank line (appliers may trim those).
-    """
-    lines, low, high = program.lines, edit.start, edit.end
-    for grow_after in [True, False] * len(lines):
-        search = "\n".join(lines[low:high])
-        replace = "\n".join([*lines[low : edit.start], *edit.new_lines, *lines[edit.end : high]])
-        edges_blank = low == high or not lines[low].strip() or not lines[high - 1].strip()
-        if not edges_blank and replace.strip() and _occurrences(program.source, search) == 1:
-            return Hunk(search, replace)
-        if grow_after and high < program.high:
-            high += 1
-        elif low > program.low:
-            low -= 1
-        elif high < program.high:
-            high += 1
-        else:
-            return None
-    return None
-
-
-def _occurrences(text: str, needle: str) -> int:
-    """How often ``needle`` occurs in ``text``, overlapping occurrences included."""
-    count, at = 0, text.find(needle)
-    while at != -1:
-        count += 1
-        at = text.find(needle, at + 1)
-    return count
+    """The edit as a hunk whose SEARCH occurs once, widened by context lines inside the block."""
+    return unique_line_hunk(
+        program.source,
+        start=edit.start,
+        end=edit.end,
+        new_lines=list(edit.new_lines),
+        region=(program.low, program.high),
+    )
 
 
 # ------------------------------------------------------------------- editing
@@ -497,7 +493,7 @@ def directed_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineE
         return None
     shape, best = target
     index, current = program.config_for(shape)
-    config = _directed_config(current, best, rng)
+    config = _directed_config(current, best, rng, shape)
     if config is None:
         return None
     text = _directed_test(shape, rng)
@@ -530,28 +526,73 @@ def _target_case(prompt: Prompt, rng: Generator) -> tuple[Shape, BestCase] | Non
 
 
 def _directed_config(
-    current: GemmConfig | None, best: BestCase, rng: Generator
+    current: GemmConfig | None, best: BestCase, rng: Generator, shape: Shape | None = None
 ) -> GemmConfig | None:
-    """The best config seen for the shape, or the current one changed coherently."""
+    """The best config seen for the shape, the current one fitted to the shape's M, or the
+    current one changed coherently."""
     best_config = parse_config(best.detail)
     differs = best_config is not None and best_config != current
     if differs and (current is None or rng.random() < BEST_SHARE):
         return best_config
     if current is None:
         return None
+    if shape is not None and rng.random() < TEXTBOOK_SHARE:
+        textbook = _pick(textbook_configs(shape), rng)
+        if textbook is not None and textbook != current:
+            return textbook
+    fitted = _fitted(current, shape) if shape is not None else None
+    if fitted is not None and rng.random() < FIT_SHARE:
+        return fitted
     return _pick([c for c in (_move(current, m) for m in COHERENT_MOVES) if c is not None], rng)
 
 
-def _directed_test(shape: Shape, rng: Generator) -> str:
-    """A test that holds for the shape: sometimes exactly it, more often a region around it."""
+def textbook_configs(shape: Shape) -> list[GemmConfig]:
+    """Published config lists (the Triton matmul tutorial's autotune list and PyTorch inductor's
+    mm list, as the research notes record them) scaled to the shape the way inductor does: each
+    block no larger than its dimension padded to a power of two (at least 16), warps clamped so
+    each owns a 16x16 tile. What an engineer who has read those sources would try first."""
     m, n, k = shape
-    if rng.random() < 0.2:
+
+    def padded(dim: int) -> int:
+        return max(16, 1 << max(0, (dim - 1).bit_length()))
+
+    configs = []
+    for bm, bn, bk, stages, warps in TEXTBOOK_LISTS:
+        bm, bn, bk = min(bm, padded(m)), min(bn, padded(n)), min(bk, padded(k))
+        warps = max(1, min(warps, bm * bn // 256))
+        group_m = 1 if m <= bm else 8
+        config = GemmConfig(bm, bn, bk, warps, stages, group_m)
+        if launchable(config) and config not in configs:
+            configs.append(config)
+    return configs
+
+
+def _fitted(config: GemmConfig, shape: Shape) -> GemmConfig | None:
+    """The textbook fit of a tile to M: block_m no taller than M padded to a power of two (at
+    least 16), and no swizzle groups (group_m 1) when one tile row covers all of M."""
+    m = shape[0]
+    padded = max(16, min(256, 1 << max(0, (m - 1).bit_length())))
+    block_m = min(config.block_m, padded)
+    group_m = 1 if m <= block_m else config.group_m
+    fitted = config._replace(block_m=block_m, group_m=group_m)
+    return fitted if fitted != config and launchable(fitted) else None
+
+
+def _directed_test(shape: Shape, rng: Generator) -> str:
+    """A test that holds for the shape: rarely exactly it, usually an M range around it (one to
+    a few M values wide, so the rule can carry over to shapes the score never showed), often
+    alone, sometimes narrowed to the shape's N or K."""
+    m, n, k = shape
+    if rng.random() < EXACT_SHARE:
         return f"M == {m} and N == {n} and K == {k}"
-    low = _below(m, SHAPE_M)
-    form = _choice(("le", "range", "ge"), (2, 4 if low is not None else 0, 1), rng)
-    m_part = {"le": f"M <= {m}", "range": f"M > {low} and M <= {m}", "ge": f"M >= {m}"}[form]
-    parts = ("", f"N == {n}", f"K == {k}", f"N == {n} and K == {k}", f"K >= {k}", f"N >= {n}")
-    nk_part = _choice(parts, (3, 2, 2, 2, 1, 1), rng)
+    at = min(range(len(SHAPE_M)), key=lambda i: abs(SHAPE_M[i] - m))
+    high = SHAPE_M[min(len(SHAPE_M) - 1, at + int(rng.integers(0, 3)))]
+    below = at - 1 - int(rng.integers(0, 3))
+    low = SHAPE_M[below] if below >= 0 else None
+    form = _choice(("le", "range", "gt"), (2, 4 if low is not None else 0, 1 if low else 0), rng)
+    m_part = {"le": f"M <= {high}", "range": f"M > {low} and M <= {high}", "gt": f"M > {low}"}[form]
+    parts = ("", f"N == {n}", f"K == {k}", f"N >= {n}", f"N <= {n}", f"N == {n} and K == {k}")
+    nk_part = _choice(parts, (5, 2, 1, 1, 1, 1), rng)
     return f"{m_part} and {nk_part}" if nk_part else m_part
 
 
