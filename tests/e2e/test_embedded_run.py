@@ -97,3 +97,22 @@ def test_cli_rejects_an_unknown_problem_and_lists_the_known_ones(
     assert code == 2
     err = capsys.readouterr().err  # type: ignore[attr-defined]
     assert "gemm-tiling" in err
+
+
+async def test_a_run_with_one_proposal_in_flight_is_reproducible_from_its_seed(
+    tmp_path: Path,
+) -> None:
+    histories = []
+    for attempt in range(2):
+        db = tmp_path / f"rep{attempt}.sqlite"
+        config = RunConfig(problem="gemm-tiling", seed=11, max_proposals=30, max_in_flight=1)
+        await run_embedded(db_url=f"sqlite+aiosqlite:///{db}", config=config, workers=2)
+        with sqlite3.connect(db) as conn:
+            histories.append(
+                conn.execute(
+                    "select proposal_index, content_hash, status, score from programs"
+                    " order by proposal_index"
+                ).fetchall()
+            )
+    assert len(histories[0]) > 10
+    assert histories[0] == histories[1]
