@@ -118,7 +118,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = None
     if args.resume is None:
         if not args.problem:
-            raise _usage("run: name a problem (e.g. gemm-tiling) or --resume JOB")
+            raise CodevolveError("run: name a problem (e.g. gemm-tiling) or --resume JOB")
         overrides: dict[str, Any] = {
             "problem": args.problem,
             "seed": args.seed,
@@ -347,10 +347,6 @@ def _print_program(console: Console, summary: dict[str, Any]) -> None:
     console.print(table)
     if summary.get("feedback"):
         console.print(summary["feedback"])
-
-
-def _usage(message: str) -> CodevolveError:
-    return CodevolveError(message)
 
 
 if __name__ == "__main__":

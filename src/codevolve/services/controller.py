@@ -71,7 +71,6 @@ class Progress:
 
 @dataclass(frozen=True, slots=True)
 class _InFlight:
-    program_id: ProgramId
     holds_slot: bool  # a proposal slot is released when its result lands
 
 
@@ -352,7 +351,7 @@ class Controller:
                 if parent_scores is not None
                 else (await self._parent_scores(session, program))
             )
-        self._in_flight[program.id] = _InFlight(program_id=program.id, holds_slot=holds_slot)
+        self._in_flight[program.id] = _InFlight(holds_slot=holds_slot)
         await self._queue.submit(
             Task(
                 program_id=program.id,
