@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -132,6 +133,11 @@ class ProposalRow(Base):
     tokens_in: Mapped[int] = mapped_column(default=0)
     tokens_out: Mapped[int] = mapped_column(default=0)
     cost_usd: Mapped[float] = mapped_column(default=0.0)  # US dollars
+    # What the proposer was asked and answered (kept for inspection; empty for the simulated one
+    # unless asked), and which prompt template variant made the prompt (meta-prompting statistics).
+    prompt: Mapped[str] = mapped_column(default="")
+    answer: Mapped[str] = mapped_column(default="")
+    prompt_variant: Mapped[str] = mapped_column(String(NAME_LENGTH), default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -174,3 +180,28 @@ class BestCaseRow(Base):
     cost: Mapped[float]  # lower is better, in the problem's unit (e.g. microseconds)
     detail: Mapped[str] = mapped_column(default="")
     program_id: Mapped[str] = mapped_column(ForeignKey("programs.id", ondelete="CASCADE"))
+
+
+class ApiTokenRow(Base):
+    """A bearer token of the REST API. Only the sha256 of the token is stored."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    token_hash: Mapped[str] = mapped_column(String(HASH_LENGTH), unique=True)
+    can_upload: Mapped[bool] = mapped_column(Boolean, default=False)  # may upload evaluators
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None]
+
+
+class BundleRow(Base):
+    """An uploaded problem bundle (the OpenEvolve folder layout), keyed by its content hash."""
+
+    __tablename__ = "bundles"
+
+    id: Mapped[str] = mapped_column(String(HASH_LENGTH), primary_key=True)  # sha256 of the files
+    owner: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    files: Mapped[dict[str, Any]]  # relative path -> base64 of the file's bytes
+    size_bytes: Mapped[int]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
