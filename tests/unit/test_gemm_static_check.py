@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from importlib import resources
 
-from codevolve.problems.gemm_tiling.static_check import check_source
+import pytest
+
+from codevolve.problems.gemm_tiling.shapes import GemmShape
+from codevolve.problems.gemm_tiling.space import GemmConfig
+from codevolve.problems.gemm_tiling.static_check import check_source, impure_answers
 
 INITIAL = (
     resources.files("codevolve.problems.gemm_tiling")
@@ -88,3 +92,56 @@ def test_a_syntax_error_is_reported_with_its_line() -> None:
 def test_the_source_is_parsed_not_run() -> None:
     source = "raise SystemExit('ran')\n" + INITIAL
     assert check_source(source) == ()
+
+
+@pytest.mark.parametrize(
+    "branch",
+    [
+        "    if M == 3000:\n        return (256, 256, 128, 4, 5, 8)\n",
+        "    if M == 3000:\n        return [256, 256, 128, 4, 5, 8]\n",
+        "    return (256, 256, 128, 4, 5, 8) if M == 3000 else GemmConfig(32, 64, 64, 2, 3, 8)\n",
+        "    if M == 3000:\n        return M > 1 and (256, 256, 128, 4, 5, 8)\n",
+        "    return RARE.get(M, (256, 256, 128, 4, 5, 8))\n",
+    ],
+)
+def test_a_plain_tuple_or_list_a_return_can_yield_is_checked_like_a_config(branch: str) -> None:
+    source = _with_branch(branch) + "\nRARE = {}\n"
+    [issue] = check_source(source)
+    assert "(256, 256, 128, 4, 5, 8)" in issue.message or "[256, 256" in issue.message
+    assert "cannot launch" in issue.message
+
+
+@pytest.mark.parametrize(
+    ("table", "use"),
+    [
+        ("RARE = {12345: (256, 256, 128, 4, 5, 8)}", "return GemmConfig(*RARE[M])"),
+        ("RARE = [(64, 128, 64, 4, 3, 8), (256, 256, 128, 4, 5, 8)]", "return RARE[M % 2]"),
+        (
+            "PICKS: dict = {7: [256, 256, 128, 4, 5, 8]}",
+            "return PICKS.get(M) or GemmConfig(*PICKS[7])",
+        ),
+    ],
+)
+def test_six_int_literals_in_a_table_that_a_return_reads_are_checked(table: str, use: str) -> None:
+    source = _with_branch(f"    if M in (7, 12345, 5):\n        {use}\n") + f"\n{table}\n"
+    issues = check_source(source)
+    assert len(issues) == 1, issues
+    assert "cannot launch" in issues[0].message
+    assert issues[0].line == _line_of(source, table)
+
+
+def test_six_int_sequences_that_no_return_reads_are_left_alone() -> None:
+    source = INITIAL + "\nTHRESHOLDS = (1, 16, 32, 64, 128, 256)\nSIZES = [3, 5, 7, 9, 11, 13]\n"
+    assert check_source(source) == ()
+
+
+def test_answers_that_depend_on_more_than_the_shape_are_named() -> None:
+    shape, other = GemmShape(16, 4096, 4096), GemmShape(32, 4096, 4096)
+    first, second = GemmConfig(32, 64, 64, 2, 3, 8), GemmConfig(64, 64, 64, 4, 3, 8)
+    assert impure_answers([shape, other, shape], [first, second, first]) is None
+    reason = impure_answers([shape, other, shape], [first, first, second])
+    assert reason is not None
+    assert reason.startswith(
+        "choose_config(16, 4096, 4096) answered GemmConfig(32, 64, 64, 2, 3, 8)"
+    )
+    assert "pure function of (M, N, K)" in reason

@@ -16,7 +16,7 @@ import pytest
 from codevolve.core.config import SandboxLimits
 from codevolve.core.problem import SandboxErrorKind, SandboxReply
 from codevolve.evaluator_workers.errors import SandboxUnavailable
-from codevolve.evaluator_workers.sandbox import SandboxPool
+from codevolve.evaluator_workers.sandbox import Isolation, SandboxPool
 
 LIMITS = SandboxLimits(wall_s=5.0, cpu_s=5.0, memory_mb=256, output_bytes=4096)
 SHORT = SandboxLimits(wall_s=0.5, cpu_s=5.0, memory_mb=256, output_bytes=4096)
@@ -419,3 +419,49 @@ def test_a_closed_pool_refuses_calls() -> None:
     with pytest.raises(SandboxUnavailable):
         fresh.call("def f():\n    return 1\n", "f", [[]], LIMITS)
     assert fresh.server_pids() == []
+
+
+# ----------------------------------------------------------------------------- isolation layers
+
+
+def test_an_unknown_isolation_layer_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="unknown isolation layers \\['sandbox'\\]"):
+        SandboxPool(size=1, disabled=["sandbox"])
+
+
+def test_disabled_layers_are_reported_off_and_the_rest_as_the_machine_allows() -> None:
+    everything = ("unprivileged", "no_network", "private_ipc", "subreaper", "landlock", "seccomp")
+    with SandboxPool(size=1, disabled=everything) as bare:
+        assert bare.isolation == Isolation(
+            unprivileged=False,
+            no_network=False,
+            private_ipc=False,
+            subreaper=False,
+            landlock=False,
+            seccomp=False,
+        )
+        _assert_pool_works(bare)
+
+
+def test_landlock_and_seccomp_apply_where_the_kernel_has_them(pool: SandboxPool) -> None:
+    isolation = pool.isolation
+    if not (isolation and isolation.landlock and isolation.seccomp):
+        pytest.skip(f"this kernel lacks Landlock or seccomp: {isolation}")
+    source = (
+        "import os, socket\n"
+        "def f():\n"
+        "    seen = []\n"
+        "    for attempt in (lambda: socket.socket(), lambda: open('/tmp/x', 'w'),\n"
+        "                    lambda: os.listdir('/proc'), lambda: os.listdir('/etc')):\n"
+        "        try:\n"
+        "            attempt()\n"
+        "            seen.append('allowed')\n"
+        "        except PermissionError as exc:\n"
+        "            seen.append(exc.strerror)\n"
+        "    open('mine.txt', 'w').write('ok')\n"
+        "    return seen, open('mine.txt').read(), sorted(os.listdir('/proc/self/fd'))[:3]\n"
+    )
+    denied, own_file, own_fds = _only_value(pool.call(source, "f", [[]], LIMITS))
+    assert denied == ["Operation not permitted", *["Permission denied"] * 3]
+    assert own_file == "ok"
+    assert own_fds == ["0", "1", "2"]

@@ -5,8 +5,9 @@ stdlib-only. A child, forked ahead of its call, enters its cage (:func:`enter_an
 session, so that a timeout kills its whole process group; its own temp dir as cwd, HOME and TMPDIR;
 stdout/stderr to the server's unnamed files, capped; every other fd closed but its request and
 result pipes; an unprivileged uid when the server runs as root; no new privileges; death with the
-server. Then it blocks on its request pipe. With the request come the rlimits (CPU, address space,
-file size, open files, processes, no core dumps); then the source is loaded as module ``candidate``,
+server; Landlock and a seccomp filter where the kernel has them (:mod:`._confine`). Then it blocks
+on its request pipe. With the request come the rlimits (CPU, address space, file size, open files,
+processes, no core dumps); then the source is loaded as module ``candidate``,
 its entry point called on each argument list, and the results sent back as plain JSON data.
 
 Messages on every pipe: a 4-byte big-endian length, then that many bytes of UTF-8 JSON.
@@ -28,6 +29,8 @@ import traceback
 import types
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
+from codevolve.evaluator_workers import _confine
+
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
@@ -35,7 +38,7 @@ FILENAME = "candidate.py"  # as it appears in candidates' tracebacks
 HEADER_BYTES = 4
 TRACEBACK_CHARS = 4000  # the tail of a candidate's traceback kept in the reply
 OPEN_FILES = 64  # RLIMIT_NOFILE of a child
-PROCESSES = 64  # RLIMIT_NPROC of a child's uid (only binding for an unprivileged uid)
+PROCESSES = 64  # RLIMIT_NPROC of a child's uid (not binding for root)
 RESULT_FD = 3  # the result pipe's fd in the child
 REQUEST_FD = 4  # the request pipe's fd in the child, closed once read
 SEARCH_PATH = "/usr/local/bin:/usr/bin:/bin"  # PATH of a child
@@ -85,6 +88,7 @@ def enter_and_run(
     *,
     fds: tuple[int, int, int, int],  # request pipe, result pipe, stdout file, stderr file
     identity: tuple[int, int] | None,
+    plan: _confine.Plan,  # the Landlock and seccomp layers to apply
     libc: ctypes.CDLL,
 ) -> NoReturn:
     """Enter the cage, await the request, run the candidate, send one message; never return."""
@@ -112,9 +116,10 @@ def enter_and_run(
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # after setuid, which clears it
         if os.getppid() != parent:
             raise ProcessLookupError("the server ended before the child was set up")
+        _confine.confine(call_dir, plan=plan, libc=libc)  # OSError: never run less confined
         request = receive(REQUEST_FD)
         if request is not None:  # None: the server is shutting down
-            _answer(request, unprivileged=identity is not None)
+            _answer(request)
         status = 0
     except BaseException:  # noqa: BLE001 - whatever happened, the child must end here, not return
         traceback.print_exc()
@@ -122,10 +127,10 @@ def enter_and_run(
         hard_exit(status)
 
 
-def _answer(request: bytes, *, unprivileged: bool) -> None:
+def _answer(request: bytes) -> None:
     os.close(REQUEST_FD)
     parsed = json.loads(request)
-    _set_limits(parsed["limits"], unprivileged=unprivileged)
+    _set_limits(parsed["limits"])
     cap = int(parsed["limits"]["output_bytes"])
     sys.stdout = _capped_text(1, cap)
     sys.stderr = _capped_text(2, cap)
@@ -142,7 +147,7 @@ def _close_fds_above(fd: int) -> None:
     os.closerange(fd + 1, 1 << 20 if limit == resource.RLIM_INFINITY else limit)
 
 
-def _set_limits(limits: dict[str, Any], *, unprivileged: bool) -> None:
+def _set_limits(limits: dict[str, Any]) -> None:
     cpu_s = math.ceil(float(limits["cpu_s"]))
     _set_limit(resource.RLIMIT_CPU, cpu_s, cpu_s + 1)  # SIGXCPU first, SIGKILL a second later
     memory = int(limits["memory_mb"]) << 20
@@ -152,8 +157,9 @@ def _set_limits(limits: dict[str, Any], *, unprivileged: bool) -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails, it does not kill
     _set_limit(resource.RLIMIT_NOFILE, OPEN_FILES, OPEN_FILES)
     _set_limit(resource.RLIMIT_CORE, 0, 0)
-    if unprivileged:
-        _set_limit(resource.RLIMIT_NPROC, PROCESSES, PROCESSES)
+    # Counted per uid: with an unprivileged uid of its own the child may have PROCESSES; sharing
+    # the worker's uid (the fallback) it may fork only while that uid has fewer. Root ignores it.
+    _set_limit(resource.RLIMIT_NPROC, PROCESSES, PROCESSES)
 
 
 def _set_limit(kind: int, soft: int, hard: int) -> None:

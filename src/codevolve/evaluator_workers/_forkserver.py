@@ -1,9 +1,11 @@
 """The sandbox fork server: runs untrusted candidate code, each call in a fresh forked child.
 
 :class:`codevolve.evaluator_workers.sandbox.SandboxPool` starts it as
-``python -I -m codevolve.evaluator_workers._forkserver ROOT UID`` with a scrubbed environment, in a
-session of its own. It imports only the standard library (and :mod:`._cage`, the child's side), so a
-fork costs little and a child holds nothing of the worker: no settings, connections or secrets.
+``python -I -m codevolve.evaluator_workers._forkserver ROOT UID [DISABLED]`` (DISABLED: a
+comma-separated list of isolation layers not to set up, for tests of the fallbacks) with a scrubbed
+environment, in a session of its own. It imports only the standard library (and :mod:`._cage` and
+:mod:`._confine`, the child's side), so a fork costs little and a child holds nothing of the
+worker: no settings, connections or secrets.
 
 Protocol on stdin/stdout: a 4-byte big-endian length, then that many bytes of UTF-8 JSON. The server
 first sends ``{"ready": true, "isolation": {...}}``, then answers each request
@@ -13,9 +15,10 @@ End of input ends the server.
 The child of the next call is forked ahead, while the server waits, and enters its cage (see
 :mod:`._cage`). A call hands it the request and watches it until its result is complete, it exits
 or the wall limit passes; after the reply the server kills what is left of the child's process group
-and removes its directory. The server moves itself into an empty network namespace where it may,
-and becomes the subreaper of its children's orphans, so that descendants which left the child's
-group are killed after each call too.
+and removes its directory (and, where Landlock or seccomp are missing, what the child could leave
+elsewhere: see :mod:`._leftovers`). The server moves itself into an empty network namespace and
+an IPC namespace of its own where it may, and becomes the subreaper of its children's orphans, so
+that descendants which left the child's group are killed after each call too.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import tempfile
 import time
 from typing import Any, NoReturn
 
-from codevolve.evaluator_workers import _cage
+from codevolve.evaluator_workers import _cage, _confine, _leftovers
 from codevolve.evaluator_workers._cage import HEADER_BYTES, frame, receive, write_all
 
 # Stdlib modules candidates commonly import; imported once here so a child does not pay for them.
@@ -47,14 +50,19 @@ MEMORY_RSS_SHARE = 0.8  # killed at this share of the memory limit: counted as o
 POLL_S = 0.01  # seconds; child-exit polling, only where pidfd_open is missing
 SWEEP_ROUNDS = 8  # rounds of killing orphaned descendants after a call
 CLONE_NEWNET = 0x40000000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWNS = 0x00020000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 PR_SET_CHILD_SUBREAPER = 36
 CHILD_KINDS = frozenset({"exception", "invalid_output", "load_error", "memory"})
+LAYERS = frozenset(
+    {"unprivileged", "no_network", "private_ipc", "subreaper", "landlock", "seccomp"}
+)
 
 
 def main(argv: list[str]) -> int:
     root, uid = argv[1], int(argv[2])
+    wanted = LAYERS - frozenset(argv[3].split(",") if len(argv) > 3 else ())
     # The protocol moves off fds 0 and 1 so that nothing printed by accident can corrupt it.
     request_fd, reply_fd = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -66,15 +74,18 @@ def main(argv: list[str]) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     gc.freeze()  # the collector of a child then skips, so never copies, what the server holds
     os.chmod(root, 0o711)  # children may enter their own dirs in it, not list them
-    identity = _sandbox_identity(uid, root=root, libc=libc)
-    unprivileged = identity is not None
+    identity = _sandbox_identity(uid, root=root, libc=libc) if "unprivileged" in wanted else None
     isolation = {
-        "unprivileged": unprivileged,
-        "no_network": libc.unshare(CLONE_NEWNET) == 0,
-        "subreaper": libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0,
+        "unprivileged": identity is not None,
+        "no_network": "no_network" in wanted and libc.unshare(CLONE_NEWNET) == 0,
+        "private_ipc": "private_ipc" in wanted and libc.unshare(CLONE_NEWIPC) == 0,
+        "subreaper": "subreaper" in wanted and libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0,
     }
+    plan = _confine.prepare(libc, wanted=wanted, call_dir=root)
+    isolation.update(plan.layers)
+    private_ipc = isolation["private_ipc"]
     write_all(reply_fd, frame({"ready": True, "isolation": isolation}))
-    call = _Call(root=root, identity=identity, libc=libc)
+    call = _Call(root=root, identity=identity, plan=plan, private_ipc=private_ipc, libc=libc)
     try:
         while (request := receive(request_fd)) is not None:
             try:
@@ -83,7 +94,9 @@ def main(argv: list[str]) -> int:
                 _kill_group(call.pid)
             # The next child is forked before this one is reaped and its files removed, so that
             # waiting for a dying process delays no caller.
-            spare = _Call(root=root, identity=identity, libc=libc)
+            spare = _Call(
+                root=root, identity=identity, plan=plan, private_ipc=private_ipc, libc=libc
+            )
             call.clean_up(keep=spare.pid)
             call = spare
     except BrokenPipeError:  # the pool went away mid-call
@@ -167,8 +180,23 @@ def _expose(blocked: dict[str, set[str]], *, libc: ctypes.CDLL) -> bool:
 class _Call:
     """One forked child waiting for its request, and what is its: directory, files, pipes."""
 
-    def __init__(self, *, root: str, identity: tuple[int, int] | None, libc: ctypes.CDLL) -> None:
+    def __init__(
+        self,
+        *,
+        root: str,
+        identity: tuple[int, int] | None,
+        plan: _confine.Plan,
+        private_ipc: bool,
+        libc: ctypes.CDLL,
+    ) -> None:
         self.dir = tempfile.mkdtemp(prefix="call-", dir=root)
+        # Without Landlock an unprivileged uid can still write world-writable directories; what
+        # it leaves there is removed after the call, so no state reaches the next one.
+        self.leftovers_of = identity[0] if identity is not None and not plan.abi else None
+        self.libc = libc
+        # Without seccomp a child can create System V IPC objects; in a private namespace all
+        # of them are its, and they are removed after the call.
+        self.clear_ipc = private_ipc and plan.seccomp is None
         if identity is not None:
             os.chown(self.dir, *identity)
         # Output files are unnamed and held open here, so a candidate cannot swap them for a link.
@@ -178,7 +206,7 @@ class _Call:
         self.pid = os.fork()
         if self.pid == 0:
             fds = (request_read, result_write, self.stdout, self.stderr)
-            _cage.enter_and_run(self.dir, fds=fds, identity=identity, libc=libc)
+            _cage.enter_and_run(self.dir, fds=fds, identity=identity, plan=plan, libc=libc)
         os.close(request_read)
         os.close(result_write)
         self.reaped = False
@@ -214,6 +242,10 @@ class _Call:
             os.close(fd)
         _sweep_orphans(keep=keep)
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self.leftovers_of is not None:
+            _leftovers.remove_files_of(self.leftovers_of)
+        if self.clear_ipc:
+            _leftovers.remove_ipc_objects(self.libc)
 
     def _reap(self, watched: _Watched) -> None:
         _kill_group(self.pid)  # before it is reaped, so that its group id cannot be reused

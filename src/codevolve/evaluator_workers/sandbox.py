@@ -10,6 +10,7 @@ use, and the call that saw it reports a crash.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn, Self, cast
@@ -50,7 +51,13 @@ class Isolation:
 
     unprivileged: bool  # candidates run as an unprivileged uid (the worker runs as root)
     no_network: bool  # candidates live in an empty network namespace
+    private_ipc: bool  # System V IPC in a namespace of the server's own, emptied after each call
     subreaper: bool  # descendants that leave the child's process group are killed too
+    landlock: bool  # writes only in the call dir, no reads of others' /proc or files, no TCP
+    seccomp: bool  # socket(), ptrace, namespaces, io_uring and the like fail with EPERM
+
+
+LAYERS = frozenset(field.name for field in dataclasses.fields(Isolation))
 
 
 class SandboxPool:
@@ -59,13 +66,24 @@ class SandboxPool:
     ``reply_grace_s``: seconds past a call's wall limit after which its server counts as hung, is
     killed and the call reports a crash. A server enforces the wall limit itself; this is the
     backstop that keeps a broken server from holding a caller.
+
+    ``disabled``: names of :class:`Isolation` layers not to set up. Production leaves it empty;
+    tests use it to run the fallbacks of machines that lack a layer (no root, an old kernel).
     """
 
-    def __init__(self, size: int, *, reply_grace_s: float = 5.0) -> None:
+    def __init__(
+        self, size: int, *, reply_grace_s: float = 5.0, disabled: Collection[str] = ()
+    ) -> None:
         if size < 1:
             raise ValueError(f"a sandbox pool needs at least one server, not {size}")
+        unknown = set(disabled) - LAYERS
+        if unknown:
+            raise ValueError(f"unknown isolation layers {sorted(unknown)}; known: {sorted(LAYERS)}")
         self._reply_grace_s = reply_grace_s
-        self._servers = [_Server(index) for index in range(size)]
+        self._disabled = frozenset(disabled)
+        self._servers = [
+            _Server(index, disabled=",".join(sorted(disabled))) for index in range(size)
+        ]
         self._idle: queue.SimpleQueue[_Server] = queue.SimpleQueue()
         self._started = False
         self._closed = False
@@ -86,11 +104,19 @@ class SandboxPool:
         for server in self._servers:
             self._idle.put(server)
         log.info("sandbox pool of %d servers ready: %s", len(self._servers), self.isolation)
-        if os.geteuid() == 0 and self.isolation is not None and not self.isolation.unprivileged:
+        isolation = self.isolation
+        if (
+            os.geteuid() == 0
+            and isolation is not None
+            and not isolation.unprivileged
+            and "unprivileged" not in self._disabled
+        ):
             log.warning(
                 "sandboxed candidates run as root: an unprivileged uid cannot read every "
                 "directory on sys.path; install Python where every user can read it"
             )
+        for gap in _gaps(isolation):
+            log.warning("sandbox isolation is weaker here: %s (see docs/security.md)", gap)
 
     def close(self) -> None:
         """Stop every server; a call in progress ends at once and raises SandboxUnavailable."""
@@ -167,8 +193,9 @@ class SandboxPool:
 class _Server:
     """One fork-server process, restarted on demand. Its lock is held by the one caller using it."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, *, disabled: str) -> None:
         self.index = index
+        self._disabled = disabled  # comma-separated layer names, passed to the server
         self.lock = threading.Lock()
         self.isolation: Isolation | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -184,7 +211,7 @@ class _Server:
         uid = _sandbox_uid(self.index) if os.geteuid() == 0 else -1
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-I", "-m", SERVER_MODULE, self._root, str(uid)],
+                [sys.executable, "-I", "-m", SERVER_MODULE, self._root, str(uid), self._disabled],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env={"PATH": SERVER_SEARCH_PATH, "LANG": "C.UTF-8", "HOME": self._root},
@@ -259,6 +286,18 @@ class _Server:
         if self._process is None:
             raise SandboxUnavailable(f"sandbox server {self.index} is not running")
         return self._process
+
+
+def _gaps(isolation: Isolation | None) -> list[str]:
+    """What a candidate can still do with the layers this machine offers."""
+    if isolation is None:
+        return []
+    gaps = []
+    if not (isolation.seccomp or isolation.no_network):
+        gaps.append("candidates can open sockets (no seccomp filter, no network namespace)")
+    if not (isolation.landlock or isolation.unprivileged):
+        gaps.append("candidates share the worker's uid and its file access (no Landlock, no root)")
+    return gaps
 
 
 def _sandbox_uid(index: int) -> int:

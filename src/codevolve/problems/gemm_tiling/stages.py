@@ -4,8 +4,9 @@ The candidate only maps (M, N, K) to six integers inside the sandbox; every chec
 happens here, in trusted code, under the cost model.
 
 1. ``static``: parse the source (never run it) and check every literal config; then call the
-   candidate on all 88 shapes plus unseen ones drawn fresh each evaluation. Every answer must be
-   a valid, launchable config. Score 1.0 on pass.
+   candidate on all 88 shapes (each twice) plus unseen ones drawn fresh each evaluation, in a
+   fresh order. Every answer must be a valid, launchable config, the same each time a shape is
+   asked. Score 1.0 on pass.
 2. ``probe``: six train shapes (each regime, both models); geomean speedup over the expert. A child
    must keep 90% of its parent's probe score: losing more than that on a spread of regimes
    rarely turns into a gain over all 44 train shapes, and it saves the larger call.
@@ -38,7 +39,7 @@ from codevolve.problems.gemm_tiling.shapes import (
     train_shapes,
 )
 from codevolve.problems.gemm_tiling.space import GemmConfig, validate
-from codevolve.problems.gemm_tiling.static_check import ENTRY_POINT, check_source
+from codevolve.problems.gemm_tiling.static_check import ENTRY_POINT, check_source, impure_answers
 
 DECODE_FEATURE_MAX_M = 64  # the decode_speedup feature covers train shapes with M <= 64
 UNSEEN_PAIRS = 4  # fresh (N, K) pairs per evaluation, multiples of 128
@@ -103,7 +104,10 @@ def static_grid(rng: np.random.Generator) -> tuple[GemmShape, ...]:
     ]
     known = {(s.m, s.n, s.k) for s in all_shapes()}
     fresh = sorted({s for s in unseen if (s.m, s.n, s.k) not in known})
-    return all_shapes() + tuple(fresh)
+    # The 88 shapes twice, everything in a fresh order: a program whose answer depends on what
+    # it was asked before (or on its position in the batch) is caught by impure_answers().
+    grid = [*all_shapes(), *fresh, *all_shapes()]
+    return tuple(grid[i] for i in rng.permutation(len(grid)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +132,9 @@ class StaticStage:
         configs = _configs_or_error(shapes, reply, hidden=frozenset())
         if isinstance(configs, str):
             return StageResult(stage=self.name, passed=False, score=None, error=configs)
+        impure = impure_answers(shapes, configs)
+        if impure is not None:
+            return StageResult(stage=self.name, passed=False, score=None, error=impure)
         return StageResult(
             stage=self.name,
             passed=True,

@@ -7,14 +7,24 @@ at launch time in production. So the source is parsed with :mod:`ast` (never exe
 returned) is checked: each literal argument must be in its value set, and a call whose six
 arguments are all literal must be launchable. Non-literal arguments are allowed; the sandboxed
 probe on unseen shapes covers what they compute.
+
+A candidate may also return a plain list or tuple of six ints (the sandbox turns a ``GemmConfig``
+into one anyway), so the same check covers every six-element list or tuple literal that a
+``return`` can yield (through conditional expressions and ``and``/``or`` too), and every such
+literal inside a table (any container assigned to a name) that a ``return`` or a
+``GemmConfig(*...)`` reads: ``return TABLE.get(M, (64, 128, 64, 4, 3, 8))`` and
+``return GemmConfig(*PICKS[M])`` hide no unchecked branch.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from codevolve.problems.gemm_tiling.space import FIELDS, VALUE_SETS, validate
+from codevolve.core.pysource import parse_python
+from codevolve.problems.gemm_tiling.shapes import GemmShape
+from codevolve.problems.gemm_tiling.space import FIELDS, VALUE_SETS, GemmConfig, validate
 
 ENTRY_POINT = "choose_config"
 CONFIG_TYPE = "GemmConfig"
@@ -34,7 +44,7 @@ class StaticIssue:
 def check_source(source: str) -> tuple[StaticIssue, ...]:
     """All issues of a candidate's source; empty when it passes."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError as error:
         return (StaticIssue(error.lineno or 0, f"syntax error: {error.msg}"),)
     issues: list[StaticIssue] = []
@@ -45,7 +55,61 @@ def check_source(source: str) -> tuple[StaticIssue, ...]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and _is_config_call(node):
             issues.extend(_check_call(node))
+    for sequence in _returnable_sequences(tree):
+        arguments = dict(zip(FIELDS, sequence.elts, strict=True))
+        issues.extend(_check_fields(arguments, line=sequence.lineno, shown=ast.unparse(sequence)))
     return tuple(issues)
+
+
+def _returnable_sequences(tree: ast.Module) -> list[ast.Tuple | ast.List]:
+    """Six-element list or tuple literals a return can yield, directly or from a table it reads."""
+    found: dict[int, ast.Tuple | ast.List] = {}
+    read: set[str] = set()  # names of tables that returns and GemmConfig(*...) read
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Return) and node.value is not None:
+            for branch in _branches(node.value):
+                if isinstance(branch, ast.Tuple | ast.List) and len(branch.elts) == len(FIELDS):
+                    found[id(branch)] = branch
+            read.update(name.id for name in ast.walk(node.value) if isinstance(name, ast.Name))
+            for inner in ast.walk(node.value):  # TABLE.get(M, (..six..)): defaults count too
+                if isinstance(inner, ast.Tuple | ast.List) and _six_ints(inner):
+                    found[id(inner)] = inner
+        elif isinstance(node, ast.Starred) and isinstance(node.value, ast.AST):
+            read.update(name.id for name in ast.walk(node.value) if isinstance(name, ast.Name))
+    for node in ast.walk(tree):
+        targets = _assigned_names(node)
+        value = getattr(node, "value", None)
+        if targets & read and isinstance(value, ast.expr):
+            for inner in ast.walk(value):
+                if isinstance(inner, ast.Tuple | ast.List) and _six_ints(inner):
+                    found[id(inner)] = inner
+    return sorted(found.values(), key=lambda n: (n.lineno, n.col_offset))
+
+
+def _branches(expr: ast.expr) -> list[ast.expr]:
+    """The expressions ``expr`` may evaluate to: both arms of ``a if c else b``, each operand of
+    ``and``/``or``, recursively."""
+    if isinstance(expr, ast.IfExp):
+        return [*_branches(expr.body), *_branches(expr.orelse)]
+    if isinstance(expr, ast.BoolOp):
+        return [branch for value in expr.values for branch in _branches(value)]
+    return [expr]
+
+
+def _six_ints(node: ast.Tuple | ast.List) -> bool:
+    return len(node.elts) == len(FIELDS) and all(
+        isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts
+    )
+
+
+def _assigned_names(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Assign):
+        return {
+            t.id for target in node.targets for t in ast.walk(target) if isinstance(t, ast.Name)
+        }
+    if isinstance(node, ast.AnnAssign | ast.AugAssign) and isinstance(node.target, ast.Name):
+        return {node.target.id}
+    return set()
 
 
 def _is_config_call(call: ast.Call) -> bool:
@@ -62,6 +126,15 @@ def _check_call(call: ast.Call) -> list[StaticIssue]:
     ):
         return []  # *args or **kwargs: only the probe can tell
     arguments, issues = _arguments_by_field(call)
+    shown = ast.unparse(call)
+    return issues + _check_fields(arguments, line=call.lineno, shown=shown, launch=not issues)
+
+
+def _check_fields(
+    arguments: dict[str, ast.expr], *, line: int, shown: str, launch: bool = True
+) -> list[StaticIssue]:
+    """Literal values outside their sets, or (``launch``) six literals that cannot launch."""
+    issues: list[StaticIssue] = []
     literals: dict[str, object] = {}
     for field, allowed in zip(FIELDS, VALUE_SETS, strict=True):
         node = arguments.get(field)
@@ -69,14 +142,14 @@ def _check_call(call: ast.Call) -> list[StaticIssue]:
             continue
         literals[field] = value = ast.literal_eval(node)
         if type(value) is not int or value not in allowed:
-            issues.append(StaticIssue(call.lineno, f"{field}={value!r} is not one of {allowed}"))
-    if issues or len(literals) < len(FIELDS):
+            issues.append(StaticIssue(line, f"{field}={value!r} is not one of {allowed}"))
+    if issues or len(literals) < len(FIELDS) or not launch:
         return issues
     config = validate([literals[field] for field in FIELDS])
     problem = config if isinstance(config, str) else config.launch_problem()
     if problem is None:
         return []
-    return [StaticIssue(call.lineno, f"{ast.unparse(call)} cannot launch: {problem}")]
+    return [StaticIssue(line, f"{shown} cannot launch: {problem}")]
 
 
 def _arguments_by_field(call: ast.Call) -> tuple[dict[str, ast.expr], list[StaticIssue]]:
@@ -101,3 +174,21 @@ def _is_literal(node: ast.expr) -> bool:
             operand.value, int | float | complex
         )
     return isinstance(node, ast.Constant)
+
+
+def impure_answers(shapes: Sequence[GemmShape], configs: Sequence[GemmConfig]) -> str | None:
+    """Why the answers are not a function of the shape alone (one shape, two configs), or None.
+
+    choose_config must be pure: a program that answers by how often, or in what order, it was
+    asked (a counter, a cache of earlier answers, the size of the batch it is in) would be scored
+    on answers that the same program does not give when it is deployed.
+    """
+    first: dict[GemmShape, GemmConfig] = {}
+    for shape, config in zip(shapes, configs, strict=True):
+        seen = first.setdefault(shape, config)
+        if seen != config:
+            return (
+                f"{ENTRY_POINT}({shape.m}, {shape.n}, {shape.k}) answered {seen} and then "
+                f"{config}: it must be a pure function of (M, N, K)"
+            )
+    return None

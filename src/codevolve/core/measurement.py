@@ -1,0 +1,160 @@
+"""Honest figures from noisy measurements: geometric means with their spread, winners re-measured
+on independent samples, and speedups too good to be true flagged for review.
+
+A search that keeps the best of many noisy timings keeps, among other things, the luckiest noise
+(the winner's curse): the figure reported for a winner must come from samples taken after it was
+picked. A speedup beyond what the hardware allows, or far beyond the best known, is far more often
+a broken measurement or a gamed check (a kernel that skips work, a timer read too early, a cached
+output) than a discovery: it is flagged, never celebrated. Pure functions; the backend that times
+(say the GPU one) calls them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from codevolve.core.errors import CodevolveError
+
+K = TypeVar("K", bound=Hashable)
+
+SUSPICIOUS_OVER_BEST_KNOWN = 10.0  # a speedup this many times the best known one is suspicious
+ROOFLINE_SLACK = 1.05  # timing noise tolerated above the roofline bound before flagging
+
+
+class MeasurementError(CodevolveError, ValueError):
+    """Figures that cannot be summarised: none, or not positive finite numbers."""
+
+
+@dataclass(frozen=True, slots=True)
+class RemeasurePolicy:
+    """How winners are confirmed before they are reported."""
+
+    top_k: int = 3  # the best this many candidates are re-measured
+    samples: int = 5  # independent samples each, taken after the pick
+    max_shrink: float = 0.10  # a winner that loses more than this share on re-measure is noted
+
+
+DEFAULT_POLICY = RemeasurePolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """A geometric mean of ratios (speedups) and how they are distributed around it."""
+
+    geomean: float
+    gsd: float  # geometric standard deviation, >= 1 (1: all equal)
+    low: float  # the smallest
+    median: float
+    high: float  # the largest
+    count: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.geomean:.3f}x (x/÷ {self.gsd:.2f}; min {self.low:.3f}, median "
+            f"{self.median:.3f}, max {self.high:.3f}; n={self.count})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmation:
+    """A winner's figure from the pick and from independent samples; report ``confirmed``."""
+
+    picked: float  # geometric mean of the samples it was picked on
+    confirmed: float  # geometric mean of independent samples taken afterwards
+    shrink: float  # 1 - confirmed / picked; positive: the pick was lucky
+    note: str | None  # why the confirmation should be looked at, or None
+
+
+def spread(ratios: Sequence[float]) -> Spread:
+    """The geometric mean of positive ratios and their spread; MeasurementError on bad input."""
+    values = [_positive(value) for value in ratios]
+    if not values:
+        raise MeasurementError("no figures to summarise")
+    logs = [math.log(value) for value in values]
+    mean = sum(logs) / len(logs)
+    variance = sum((x - mean) ** 2 for x in logs) / len(logs)
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    median = (
+        ordered[middle]
+        if len(ordered) % 2
+        else math.sqrt(ordered[middle - 1] * ordered[middle])  # geometric, like the rest
+    )
+    return Spread(
+        geomean=math.exp(mean),
+        gsd=math.exp(math.sqrt(variance)),
+        low=ordered[0],
+        median=median,
+        high=ordered[-1],
+        count=len(values),
+    )
+
+
+def winners_to_remeasure(
+    scores: Mapping[K, float], policy: RemeasurePolicy = DEFAULT_POLICY
+) -> list[K]:
+    """The keys of the ``policy.top_k`` best scores (higher is better), best first."""
+    ranked = sorted(scores, key=lambda key: scores[key], reverse=True)
+    return ranked[: policy.top_k]
+
+
+def confirm(
+    picked_samples: Sequence[float],
+    independent_samples: Sequence[float],
+    policy: RemeasurePolicy = DEFAULT_POLICY,
+) -> Confirmation:
+    """Compare a winner's speedup samples from its pick with independent ones taken afterwards."""
+    if len(independent_samples) < policy.samples:
+        raise MeasurementError(
+            f"{len(independent_samples)} independent samples, the policy wants {policy.samples}"
+        )
+    picked = spread(picked_samples).geomean
+    confirmed = spread(independent_samples).geomean
+    shrink = 1.0 - confirmed / picked
+    note = None
+    if shrink > policy.max_shrink:
+        note = (
+            f"winner's curse: {picked:.3f}x when picked, {confirmed:.3f}x on independent "
+            f"samples ({shrink:.0%} less)"
+        )
+    return Confirmation(picked=picked, confirmed=confirmed, shrink=shrink, note=note)
+
+
+def flag_suspicious(
+    speedup: float,
+    *,
+    roofline_bound: float | None,
+    best_known: float | None,
+    over_best_known: float = SUSPICIOUS_OVER_BEST_KNOWN,
+) -> str | None:
+    """Why ``speedup`` should be reviewed before anyone believes it, or None.
+
+    ``roofline_bound``: the largest speedup the hardware allows over the same baseline (the
+    baseline's time over the roofline time: bytes / bandwidth or flops / peak, whichever is
+    larger). ``best_known``: the best speedup over the same baseline known so far (a vendor
+    library, the best verified program). Either may be None when unknown.
+    """
+    if not (isinstance(speedup, int | float) and math.isfinite(speedup)) or speedup <= 0:
+        return f"speedup {speedup!r} is not a positive finite number"
+    if roofline_bound is not None and speedup > ROOFLINE_SLACK * roofline_bound:
+        return (
+            f"speedup {speedup:.3g}x is beyond the roofline bound of {roofline_bound:.3g}x: "
+            "the measurement or the correctness check is broken"
+        )
+    if best_known is not None and speedup > over_best_known * best_known:
+        return (
+            f"speedup {speedup:.3g}x is more than {over_best_known:g}x the best known "
+            f"{best_known:.3g}x: review before reporting"
+        )
+    return None
+
+
+def _positive(value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MeasurementError(f"{value!r} is not a number")
+    if not math.isfinite(value) or value <= 0:
+        raise MeasurementError(f"{value!r} is not a positive finite number")
+    return float(value)

@@ -1,0 +1,87 @@
+"""Geometric means with their spread, the winner's-curse check and the suspicious-speedup flag."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from codevolve.core.measurement import (
+    MeasurementError,
+    RemeasurePolicy,
+    confirm,
+    flag_suspicious,
+    spread,
+    winners_to_remeasure,
+)
+
+
+def test_spread_is_a_geometric_mean_with_its_distribution() -> None:
+    summary = spread([0.5, 1.0, 2.0, 4.0])
+    assert summary.geomean == pytest.approx(math.sqrt(2.0))
+    assert (summary.low, summary.high, summary.count) == (0.5, 4.0, 4)
+    assert summary.median == pytest.approx(math.sqrt(2.0))
+    assert summary.gsd == pytest.approx(math.exp(math.log(2.0) * math.sqrt(1.25)))
+    assert "1.414x" in str(summary) and "n=4" in str(summary)
+
+
+def test_equal_ratios_have_no_spread() -> None:
+    summary = spread([1.25, 1.25, 1.25])
+    assert summary.geomean == pytest.approx(1.25)
+    assert summary.gsd == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "bad", [[], [1.0, 0.0], [1.0, -2.0], [float("nan")], [float("inf")], [True]]
+)
+def test_spread_refuses_what_is_not_positive_finite_numbers(bad: list[float]) -> None:
+    with pytest.raises(MeasurementError):
+        spread(bad)
+
+
+def test_the_top_k_winners_are_picked_for_re_measurement_best_first() -> None:
+    scores = {"a": 1.1, "b": 1.5, "c": 0.9, "d": 1.3}
+    assert winners_to_remeasure(scores, RemeasurePolicy(top_k=2)) == ["b", "d"]
+
+
+def test_a_lucky_winner_is_reported_by_its_independent_samples_and_noted() -> None:
+    outcome = confirm([1.5, 1.6, 1.4], [1.2, 1.1, 1.2, 1.15, 1.2])
+    assert outcome.confirmed == pytest.approx(spread([1.2, 1.1, 1.2, 1.15, 1.2]).geomean)
+    assert outcome.shrink > 0.2
+    assert outcome.note is not None and "winner's curse" in outcome.note
+
+
+def test_a_winner_that_holds_up_has_no_note() -> None:
+    outcome = confirm([1.20, 1.22], [1.21, 1.19, 1.20, 1.22, 1.18])
+    assert outcome.note is None
+    assert abs(outcome.shrink) < 0.05
+
+
+def test_confirmation_needs_the_policys_number_of_independent_samples() -> None:
+    with pytest.raises(MeasurementError, match="wants 5"):
+        confirm([1.2], [1.2, 1.2])
+
+
+@pytest.mark.parametrize(
+    ("speedup", "roofline", "best", "reason"),
+    [
+        (3.0, 2.0, None, "beyond the roofline"),
+        (12.0, None, 1.0, "more than 10x the best known"),
+        (float("nan"), 2.0, 1.0, "not a positive finite"),
+        (0.0, None, None, "not a positive finite"),
+    ],
+)
+def test_speedups_too_good_to_be_true_are_flagged_with_a_reason(
+    speedup: float, roofline: float | None, best: float | None, reason: str
+) -> None:
+    flagged = flag_suspicious(speedup, roofline_bound=roofline, best_known=best)
+    assert flagged is not None and reason in flagged
+
+
+@pytest.mark.parametrize(
+    ("speedup", "roofline", "best"), [(1.8, 2.0, 1.0), (2.04, 2.0, None), (9.0, None, 1.0)]
+)
+def test_plausible_speedups_are_not_flagged(
+    speedup: float, roofline: float | None, best: float | None
+) -> None:
+    assert flag_suspicious(speedup, roofline_bound=roofline, best_known=best) is None
