@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -177,6 +178,48 @@ async def test_a_task_of_an_unknown_problem_fails_its_program(pool: SandboxPool)
     assert evaluation is not None
     assert evaluation.status is ProgramStatus.FAILED
     assert evaluation.error is not None and "unknown problem 'nope'" in evaluation.error
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "codevolve.evaluator_workers.worker.run_cascade",
+        "codevolve.evaluator_workers.cascade.check_program",
+    ],
+)
+async def test_trusted_code_that_raises_fails_that_program_and_the_worker_serves_the_next(
+    pool: SandboxPool, monkeypatch: pytest.MonkeyPatch, broken: str
+) -> None:
+    real = _resolve_attribute(broken)
+
+    def raise_for_the_first(*args: object, **kwargs: object) -> object:
+        if "first" in repr(args):
+            raise SystemError("AST constructor recursion depth mismatch")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(broken, raise_for_the_first)
+    queue = LocalQueue()
+    stop = asyncio.Event()
+    await queue.submit(_task(1, source="def score():\n    return 1  # first\n"))
+    await queue.submit(_task(2))
+    async with asyncio.TaskGroup() as group:
+        group.create_task(
+            run_worker(
+                queue, resolve_problem=resolve, pool=pool, concurrency=1, name="w", stop=stop
+            )
+        )
+        first = await queue.next_result(5.0)
+        second = await queue.next_result(5.0)
+        stop.set()
+    assert first is not None and first.status is ProgramStatus.FAILED
+    assert first.error is not None and "SystemError" in first.error
+    assert second is not None and (second.status, second.score) == (ProgramStatus.EVALUATED, 2.0)
+
+
+def _resolve_attribute(dotted: str) -> Callable[..., object]:
+    module, _, name = dotted.rpartition(".")
+    found: Callable[..., object] = getattr(importlib.import_module(module), name)
+    return found
 
 
 async def test_cancelling_the_worker_cancels_it_rather_than_being_swallowed(

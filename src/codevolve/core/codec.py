@@ -19,6 +19,9 @@ def task_to_dict(task: Task) -> dict[str, Any]:
         "parent_scores": dict(task.parent_scores),
         "limits": task.limits.model_dump(),
         "attempt": task.attempt,
+        "capability": task.capability,
+        "start_stage": task.start_stage,
+        "prior_stages": [stage_to_dict(s) for s in task.prior_stages],
     }
 
 
@@ -32,6 +35,9 @@ def task_from_dict(data: dict[str, Any]) -> Task:
         parent_scores={str(k): float(v) for k, v in data.get("parent_scores", {}).items()},
         limits=SandboxLimits.model_validate(data.get("limits", {})),
         attempt=int(data.get("attempt", 1)),
+        capability=str(data.get("capability", "cpu")),
+        start_stage=int(data.get("start_stage", 0)),
+        prior_stages=tuple(stage_from_dict(s) for s in data.get("prior_stages", [])),
     )
 
 
@@ -84,6 +90,7 @@ def evaluation_to_dict(evaluation: Evaluation) -> dict[str, Any]:
         "stages": [stage_to_dict(s) for s in evaluation.stages],
         "worker": evaluation.worker,
         "duration_s": evaluation.duration_s,
+        "handoff": evaluation.handoff,
     }
 
 
@@ -95,4 +102,5 @@ def evaluation_from_dict(data: dict[str, Any]) -> Evaluation:
         stages=tuple(stage_from_dict(s) for s in data["stages"]),
         worker=str(data.get("worker", "")),
         duration_s=float(data.get("duration_s", 0.0)),
+        handoff=None if data.get("handoff") is None else str(data["handoff"]),
     )

@@ -72,6 +72,9 @@ class Evaluation:
     stages: tuple[StageResult, ...]
     worker: str = ""
     duration_s: float = 0.0  # seconds, wall, the whole cascade
+    # Set when every stage so far passed and the next one needs a capability this worker lacks
+    # ("gpu"): the evaluation is unfinished, and the controller re-enqueues it for that capability.
+    handoff: str | None = None
 
     @property
     def score(self) -> float | None:

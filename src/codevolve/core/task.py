@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from codevolve.core.config import SandboxLimits
-from codevolve.core.program import JobId, ProgramId, ScoresPerStage
+from codevolve.core.program import JobId, ProgramId, ScoresPerStage, StageResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,3 +18,9 @@ class Task:
     parent_scores: ScoresPerStage = field(default_factory=dict)  # for parent-relative thresholds
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     attempt: int = 1  # delivery count, for dead-lettering
+    # Where the task may run and where its cascade resumes: a worker that meets a stage needing a
+    # capability it lacks hands the program on (Evaluation.handoff), and the controller enqueues
+    # the rest as a task of that capability, carrying the stages already run.
+    capability: str = "cpu"  # "cpu" or "gpu": the queue a distributed deployment routes it to
+    start_stage: int = 0  # index of the first stage to run
+    prior_stages: tuple[StageResult, ...] = ()  # results of stages 0 .. start_stage-1

@@ -13,11 +13,13 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from codevolve.core.device import CPU, Device
 from codevolve.core.errors import ConfigError
 from codevolve.core.problem import Problem
 from codevolve.core.program import Evaluation, ProgramStatus, StageResult
 from codevolve.core.task import Task
 from codevolve.evaluator_workers.cascade import run_cascade
+from codevolve.evaluator_workers.errors import SandboxUnavailable
 from codevolve.evaluator_workers.queue import WorkSource
 from codevolve.evaluator_workers.sandbox import SandboxPool
 
@@ -34,8 +36,12 @@ async def run_worker(
     concurrency: int,
     name: str,
     stop: asyncio.Event,
+    device: Device | None = None,
 ) -> None:
     """Run ``concurrency`` claim-evaluate-complete loops until ``stop`` is set.
+
+    With ``device`` the worker also serves stages needing the device's capability ("gpu"); the
+    loops share it (the device runs one job at a time).
 
     On stop each loop finishes the task in hand and takes no new one. Cancellation is not caught:
     a cascade already running in a thread ends on its own, bounded by its sandbox limits.
@@ -47,7 +53,11 @@ async def run_worker(
         async with asyncio.TaskGroup() as loops:
             for index in range(concurrency):
                 evaluate = functools.partial(
-                    _evaluate, resolve_problem=resolve_problem, pool=pool, worker=f"{name}-{index}"
+                    _evaluate,
+                    resolve_problem=resolve_problem,
+                    pool=pool,
+                    worker=f"{name}-{index}",
+                    device=device,
                 )
                 loops.create_task(_loop(source, evaluate, executor=executor, stop=stop))
     finally:
@@ -72,8 +82,17 @@ async def _loop(
 
 
 def _evaluate(
-    task: Task, *, resolve_problem: Callable[[str], Problem], pool: SandboxPool, worker: str
+    task: Task,
+    *,
+    resolve_problem: Callable[[str], Problem],
+    pool: SandboxPool,
+    worker: str,
+    device: Device | None = None,
 ) -> Evaluation:
+    served = {CPU} if device is None else {CPU, device.capability}
+    if task.capability not in served:  # misrouted: a queue without capability routing
+        error = f"worker {worker} lacks capability {task.capability!r} (serves {sorted(served)})"
+        return _failed(task, worker, error)
     try:
         problem = resolve_problem(task.problem)
     except ConfigError as exc:  # a problem this worker does not know fails its programs
@@ -85,4 +104,23 @@ def _evaluate(
             stages=(stage,),
             worker=worker,
         )
-    return run_cascade(problem, task, pool, worker=worker)
+    try:
+        return run_cascade(problem, task, pool, worker=worker, device=device)
+    except SandboxUnavailable:
+        raise  # no candidate can run on this worker: the task belongs to another
+    except Exception as exc:  # the worker's task boundary: fail this program, serve the next
+        log.exception("job %s program %s: the cascade raised", task.job_id, task.program_id)
+        return _failed(
+            task, worker, f"internal error in the evaluator: {type(exc).__name__}: {exc}"
+        )
+
+
+def _failed(task: Task, worker: str, error: str) -> Evaluation:
+    stage = StageResult(stage="", passed=False, score=None, error=error)
+    return Evaluation(
+        program_id=task.program_id,
+        job_id=task.job_id,
+        status=ProgramStatus.FAILED,
+        stages=(*task.prior_stages, stage),
+        worker=worker,
+    )

@@ -1,0 +1,90 @@
+"""gemm-tiling-gpu: the gemm-tiling task, judged on a real GPU.
+
+Same program format, shapes, split and config space as gemm-tiling (its description is the
+task). The cascade starts on the cost model, on any CPU worker: static check, six-shape probe,
+the 44 train shapes under the model. A program whose model score keeps
+:data:`PROMOTION` of its parent's is promoted to the GPU stage, which times the trusted Triton
+kernel with the program's configs on the train shapes (stages.py); its measured geomean speedup
+over the expert is the program's score. One evaluation thus crosses worker pools: the CPU part
+runs where capability "cpu" is served, the GPU part where "gpu" is.
+
+The per-shape oracle (oracle.py) is measured once per GPU model and stored as data; the held-out
+test shapes are measured only for reports (bench/gpu_calibrate.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from codevolve.core.problem import Baseline, FeatureSpec, Mutation, Stage, Threshold
+from codevolve.problems.gemm_tiling.baselines import geomean
+from codevolve.problems.gemm_tiling.problem import FEATURES, GemmTilingProblem
+from codevolve.problems.gemm_tiling.shapes import heldout_shapes, train_shapes
+from codevolve.problems.gemm_tiling.stages import ProbeStage, StaticStage, TrainStage
+from codevolve.problems.gemm_tiling_gpu.oracle import OracleEntry, load_oracle
+from codevolve.problems.gemm_tiling_gpu.stages import GpuTrainStage
+
+NAME = "gemm-tiling-gpu"
+# A child is timed on the GPU only if its model score keeps 97% of its parent's: the model ranks
+# configs well enough to drop clear losers, not well enough to pick winners within a few %.
+PROMOTION = Threshold(relative=0.97)
+
+
+class GemmTilingGpuProblem:
+    def __init__(self) -> None:
+        self._model = GemmTilingProblem()
+        self._stages: tuple[Stage, ...] = (
+            StaticStage(),
+            ProbeStage(),
+            TrainStage(threshold=PROMOTION),
+            GpuTrainStage(),
+        )
+
+    @property
+    def name(self) -> str:
+        return NAME
+
+    @property
+    def description(self) -> str:
+        return (
+            self._model.description
+            + "\n\nThe final score is measured on a real GPU (an NVIDIA H200): the geomean over "
+            "the train shapes of t_expert / t_chosen for the Triton kernel, cold L2, timed "
+            "alternately with cuBLAS. Programs reach the GPU only when their cost-model score "
+            "keeps 97% of their parent's."
+        )
+
+    @property
+    def initial_program(self) -> str:
+        return self._model.initial_program
+
+    @property
+    def stages(self) -> Sequence[Stage]:
+        return self._stages
+
+    @property
+    def features(self) -> Sequence[FeatureSpec]:
+        return FEATURES
+
+    def mutations(self) -> Sequence[Mutation]:
+        return self._model.mutations()
+
+    def baselines(self) -> Sequence[Baseline]:
+        """Measured speedups over the expert of the stored oracle (train, test), if measured."""
+        oracle = load_oracle()
+        if oracle is None:
+            return ()
+        figures = []
+        for name in ("tutorial", "inductor", "oracle"):  # "oracle": the report divides by it
+            by_split = []
+            for split in (train_shapes(), heldout_shapes()):
+                values = [_speedup(oracle.entries[s], name) for s in split]
+                by_split.append(geomean(values))
+            label = name if name == "oracle" else f"gpu_{name}"
+            figures.append(Baseline(name=label, train=by_split[0], test=by_split[1]))
+        return (Baseline(name="expert", train=1.0, test=1.0), *figures)
+
+
+def _speedup(entry: OracleEntry, name: str) -> float:
+    time = {"tutorial": entry.tutorial_us, "inductor": entry.inductor_us, "oracle": entry.time_us}
+    return entry.expert_us / time[name]

@@ -1,0 +1,126 @@
+"""gemm-tiling-gpu: its cascade (cost model first, then the GPU), the GPU stage's verdicts with a
+fake device, and the oracle's candidate set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from codevolve.core.device import CPU, GPU, DeviceReply, capability_of
+from codevolve.core.problem import JSONValue
+from codevolve.evaluator_workers.gpu import fake_jobs
+from codevolve.problems.gemm_tiling.errors import GemmTilingError
+from codevolve.problems.gemm_tiling.shapes import all_shapes, heldout_shapes, train_shapes
+from codevolve.problems.gemm_tiling.space import GemmConfig
+from codevolve.problems.gemm_tiling_gpu.oracle import (
+    candidate_configs,
+    inductor_configs,
+    load_oracle,
+    model_top_configs,
+    neighbours,
+    parse_oracle,
+    tutorial_configs,
+)
+from codevolve.problems.gemm_tiling_gpu.problem import PROMOTION, GemmTilingGpuProblem
+from codevolve.problems.gemm_tiling_gpu.stages import GpuTrainStage
+from codevolve.problems.registry import get_problem
+from tests.unit.test_cascade_handoff import FakeCandidate
+
+EXPERT_SOURCE = GemmTilingGpuProblem().initial_program
+
+
+class FakeDevice:
+    """A device answering gemm.measure with the fake backend's formula, or a set reply."""
+
+    def __init__(self, reply: DeviceReply | None = None, status: str = "ok") -> None:
+        self.index = 5
+        self.capability = GPU
+        self.payloads: list[Any] = []
+        self._reply = reply
+        self._status = status
+
+    def run(self, job: str, payload: JSONValue, *, timeout_s: float) -> DeviceReply:
+        self.payloads.append(payload)
+        if self._reply is not None:
+            return self._reply
+        value = fake_jobs.JOBS[job](payload)
+        for timing in value["timings"][:1]:
+            timing["status"], timing["detail"] = self._status, "1 element unwritten"
+        return DeviceReply(value=value)
+
+
+def test_the_cascade_runs_the_cost_model_on_cpu_then_promotes_to_the_gpu() -> None:
+    problem = get_problem("gemm-tiling-gpu")
+    stages = problem.stages
+    assert [s.name for s in stages] == ["static", "probe", "train", "gpu"]
+    assert [capability_of(s) for s in stages] == [CPU, CPU, CPU, GPU]
+    assert stages[2].threshold == PROMOTION
+    assert problem.description.startswith(get_problem("gemm-tiling").description)
+
+
+def test_the_gpu_stage_scores_measured_speedup_over_the_expert_and_records_the_device() -> None:
+    device = FakeDevice()
+    result = GpuTrainStage().run_on(FakeCandidate(EXPERT_SOURCE), device, np.random.default_rng(0))
+    assert result.passed and result.score is not None
+    assert abs(result.score - 1.0) < 1e-12  # the expert against itself
+    rows = device.payloads[0]["pairs"]
+    assert len(rows) == 2 * len(train_shapes() + heldout_shapes())
+    assert result.artifacts["device_index"] == "5"
+    assert {"gpu_speedup", "gpu_vs_cublas", "gpu_speedup_decode"} <= set(result.metrics)
+    assert "score" in result.heldout  # the held-out split is measured, reported, not scored
+    assert all(case.key.startswith("gpu M=") for case in result.cases)
+    assert len(result.cases) == len(train_shapes())
+
+
+def test_a_wrong_kernel_result_or_a_device_fault_fails_the_program() -> None:
+    rng = np.random.default_rng(0)
+    wrong = GpuTrainStage().run_on(
+        FakeCandidate(EXPERT_SOURCE), FakeDevice(status="incorrect"), rng
+    )
+    assert not wrong.passed and "incorrect" in (wrong.error or "")
+    fault = DeviceReply(error="CUDA error: an illegal memory access", fault=True)
+    faulted = GpuTrainStage().run_on(FakeCandidate(EXPERT_SOURCE), FakeDevice(fault), rng)
+    assert not faulted.passed and (faulted.error or "").startswith("device fault")
+
+
+def test_the_gpu_stage_without_a_device_fails_instead_of_guessing() -> None:
+    result = GpuTrainStage().run(FakeCandidate(EXPERT_SOURCE), np.random.default_rng(0))
+    assert not result.passed and "capability 'gpu'" in (result.error or "")
+
+
+def test_the_oracle_candidates_hold_the_model_best_the_published_lists_and_the_expert() -> None:
+    assert len(tutorial_configs()) == 11  # 5 of the 16 exceed shared memory in bf16
+    decode = next(s for s in all_shapes() if s.m == 1)
+    assert all(c.block_m == 16 for c in inductor_configs(decode))  # scaled to M = 1
+    candidates = candidate_configs(decode)
+    assert model_top_configs(decode, 1)[0] == candidates[0]
+    assert GemmConfig(32, 64, 64, 2, 3, 8) in candidates  # the expert's decode config
+    assert len(set(candidates)) == len(candidates) and all(c.launchable for c in candidates)
+
+
+def test_neighbours_move_one_field_one_step_and_stay_launchable() -> None:
+    config = GemmConfig(64, 128, 64, 4, 3, 8)
+    found = neighbours(config)
+    assert GemmConfig(128, 128, 64, 4, 3, 8) in found and GemmConfig(64, 128, 64, 4, 4, 8) in found
+    for other in found:
+        assert other.launchable
+        assert sum(a != b for a, b in zip(other.as_tuple(), config.as_tuple(), strict=True)) == 1
+
+
+def test_the_stored_oracle_names_its_gpu_and_method_and_covers_every_shape() -> None:
+    oracle = load_oracle()
+    assert oracle is not None
+    assert oracle.gpu == "NVIDIA H200" and "autotune" in oracle.method
+    assert set(oracle.entries) == set(all_shapes())
+    for entry in oracle.entries.values():
+        times = dict(entry.measured)
+        assert entry.config in times  # the oracle's config was measured like every candidate
+        assert entry.time_us > 0 and entry.cublas_us > 0
+        assert entry.expert_us >= min(times.values())  # the expert is one of the candidates
+
+
+def test_an_oracle_sweep_cut_short_is_refused() -> None:
+    with pytest.raises(GemmTilingError, match="incomplete"):
+        parse_oracle({"gpu": "x", "method": "y", "shapes": [], "complete": False})
