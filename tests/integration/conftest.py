@@ -28,6 +28,12 @@ from codevolve.core.config import RunConfig
 from codevolve.core.program import CaseResult, Evaluation, Program, ProgramStatus, StageResult
 from codevolve.program_db.engine import create_engine, session_factory, sqlite_url, upgrade
 from codevolve.program_db.models import Base
+from tests.integration.redis_support import (  # noqa: F401  (Redis fixtures for every module)
+    keys,
+    private_redis,
+    redis,
+    redis_url,
+)
 
 POSTGRES_ADMIN = os.environ.get(
     "CODEVOLVE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"

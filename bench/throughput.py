@@ -1,0 +1,441 @@
+"""Benchmark: how fast the machinery around evaluation is, embedded and distributed.
+
+Prints, in one run:
+
+1. programs evaluated per second end to end (propose, apply, insert, enqueue, evaluate, apply the
+   result, archive) with an *instant* evaluator, embedded (SQLite, in-process queue) and
+   distributed (Postgres, Redis Streams, a worker process);
+2. scaling of a 50 ms sleep-bound evaluator at 1, 4, 16 and 64 worker slots, distributed:
+   efficiency = programs/s / (slots / 0.05 s);
+2b. the same evaluator with no controller: tasks queued in Redis beforehand, drained by one worker
+   process with that many slots (the fleet's own scaling);
+3. p50/p99 latency of sampling a parent and inspirations with 10^4, 10^5 and 10^6 programs of one
+   job in Postgres (bulk-loaded with COPY), an island of 100 cells (sampling reads the island's
+   elites, so its cost follows the cells, not the population; gemm-tiling has 64 cells).
+
+The evaluator here is trusted bench code that never runs the candidate: what is measured is the
+controller, the database, the queue and the worker loop, not a problem. The machine's load average
+is printed with each figure.
+
+    python bench/throughput.py [--pg postgresql://postgres@127.0.0.1:5432/test]
+        [--redis redis://127.0.0.1:6379/0] [--sizes 10000,100000,1000000] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import multiprocessing
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import asyncpg
+import numpy as np
+from sqlalchemy.engine import make_url
+
+from codevolve.core.config import RunConfig
+from codevolve.core.problem import Baseline, Candidate, FeatureSpec, Mutation, Stage, Threshold
+from codevolve.core.program import StageResult
+from codevolve.evaluator_workers.local_queue import LocalQueue
+from codevolve.evaluator_workers.redis_keys import RedisKeys
+from codevolve.evaluator_workers.redis_queue import QueueTuning, RedisTaskQueue
+from codevolve.evaluator_workers.sandbox import SandboxPool
+from codevolve.evaluator_workers.worker import run_worker
+from codevolve.program_db import repository
+from codevolve.program_db.engine import create_engine, session_factory, sqlite_url, upgrade
+from codevolve.services.controller import Controller
+from codevolve.services.runtime import make_proposer
+from codevolve.services.worker_process import WorkerOptions, run_worker_process
+
+INITIAL = """\
+# EVOLVE-BLOCK-START
+def f(x):
+    a = 1.0
+    b = 2.0
+    c = 3.0
+    d = 4.0
+    if x > 0.5:
+        return a * x + b - d
+    return c - x * d
+# EVOLVE-BLOCK-END
+"""
+SLEEP_S = 0.05  # seconds per evaluation of the sleep-bound evaluator
+
+
+@dataclass(frozen=True, slots=True)
+class _Stage:
+    """Scores a program from its source hash, after ``sleep_s`` (0: instantly)."""
+
+    sleep_s: float
+    name: str = "score"
+    threshold: Threshold | None = None
+
+    def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        digest = hashlib.sha256(candidate.source.encode()).digest()
+        score = int.from_bytes(digest[:4], "big") / 2**32
+        feature = int.from_bytes(digest[4:8], "big") / 2**32
+        return StageResult(stage=self.name, passed=True, score=score, features={"h": feature})
+
+
+@dataclass(frozen=True, slots=True)
+class BenchProblem:
+    """A problem whose evaluation costs nothing (or a fixed sleep): the machinery is measured."""
+
+    sleep_s: float = 0.0
+    name: str = "bench"
+    description: str = "bench: any change is fine"
+    initial_program: str = INITIAL
+
+    @property
+    def stages(self) -> Sequence[Stage]:
+        return (_Stage(self.sleep_s),)
+
+    @property
+    def features(self) -> Sequence[FeatureSpec]:
+        return (FeatureSpec(name="h", low=0.0, high=1.0, bins=50),)
+
+    def mutations(self) -> Sequence[Mutation]:
+        return ()
+
+    def baselines(self) -> Sequence[Baseline]:
+        return ()
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load {one:.1f}/{five:.1f} on {os.cpu_count()} cores"
+
+
+def _config(proposals: int, in_flight: int) -> RunConfig:
+    return RunConfig(
+        problem="bench",
+        max_proposals=proposals,
+        max_in_flight=in_flight,
+        migration_interval=0,
+        proposer={"domain_weight": 0.0},
+    )
+
+
+async def _run_job(
+    db_url: str, problem: BenchProblem, config: RunConfig, queue_for: object
+) -> tuple[int, float]:
+    """Run one job to its end; returns (programs evaluated, wall seconds)."""
+    engine = create_engine(db_url)
+    try:
+        await upgrade(engine)
+        sessions = session_factory(engine)
+        async with sessions.begin() as session:
+            job = await repository.create_job(session, config)
+        queue = await queue_for(job.id)  # type: ignore[operator]
+        controller = Controller(
+            job,
+            sessions=sessions,
+            queue=queue,
+            problem=problem,
+            proposer=make_proposer(config, problem),
+        )
+        started, cpu = time.perf_counter(), time.process_time()
+        await controller.run()
+        wall = time.perf_counter() - started
+        cpu = time.process_time() - cpu
+        async with sessions() as session:
+            counts = await repository.program_counts(session, job.id)
+        done = counts.evaluated + counts.rejected + counts.failed
+        print(f"    (this process: {cpu / max(done, 1) * 1000:.1f} ms CPU per program)")
+        return done, wall
+    finally:
+        await engine.dispose()
+
+
+async def embedded(problem: BenchProblem, *, proposals: int, slots: int) -> tuple[int, float]:
+    with tempfile.TemporaryDirectory() as folder:
+        queue = LocalQueue()
+        stop = asyncio.Event()
+        with SandboxPool(size=1) as pool:
+
+            async def local(_job: str) -> LocalQueue:
+                return queue
+
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(
+                    run_worker(
+                        queue,
+                        resolve_problem=lambda _n: problem,
+                        pool=pool,
+                        concurrency=slots,
+                        name="bench",
+                        stop=stop,
+                    )
+                )
+                try:
+                    url = sqlite_url(Path(folder) / "bench.sqlite")
+                    return await _run_job(url, problem, _config(proposals, 2 * slots), local)
+                finally:
+                    stop.set()
+
+
+def _worker_main(redis_url: str, prefix: str, slots: int, sleep_s: float) -> None:
+    problem = BenchProblem(sleep_s=sleep_s)
+    options = WorkerOptions(key_prefix=prefix, tuning=QueueTuning(), heartbeat_s=1.0)
+    run_worker_process(
+        redis_url, "cpu", slots, "bench-worker", options=options, resolve_problem=lambda _n: problem
+    )
+
+
+async def distributed(
+    problem: BenchProblem, *, pg: str, redis_url: str, proposals: int, slots: int
+) -> tuple[int, float]:
+    from redis.asyncio import Redis
+
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    database = f"cv_bench_{uuid.uuid4().hex[:8]}"
+    admin = make_url(pg).set(drivername="postgresql").render_as_string(hide_password=False)
+    connection = await asyncpg.connect(admin)
+    await connection.execute(f'CREATE DATABASE "{database}"')
+    context = multiprocessing.get_context("fork")
+    worker = context.Process(
+        target=_worker_main, args=(redis_url, prefix, slots, problem.sleep_s), daemon=True
+    )
+    worker.start()
+    redis = Redis.from_url(redis_url, decode_responses=True)
+    try:
+
+        async def remote(job: str) -> RedisTaskQueue:
+            queue = RedisTaskQueue(redis, job, keys=RedisKeys(prefix))
+            await queue.start()
+            return queue
+
+        url = make_url(pg).set(drivername="postgresql+asyncpg", database=database)
+        return await _run_job(
+            url.render_as_string(hide_password=False),
+            problem,
+            _config(proposals, 2 * slots),
+            remote,
+        )
+    finally:
+        worker.terminate()
+        worker.join(30)
+        keys = [key async for key in redis.scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await redis.delete(*keys)
+        await redis.aclose()
+        await connection.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        await connection.close()
+
+
+# ------------------------------------------------------------------------------------- sampling
+
+
+async def sampling(pg: str, sizes: Sequence[int], *, draws: int) -> None:
+    admin = make_url(pg).set(drivername="postgresql").render_as_string(hide_password=False)
+    database = f"cv_bench_{uuid.uuid4().hex[:8]}"
+    connection = await asyncpg.connect(admin)
+    await connection.execute(f'CREATE DATABASE "{database}"')
+    url = make_url(pg).set(drivername="postgresql+asyncpg", database=database)
+    engine = create_engine(url.render_as_string(hide_password=False))
+    try:
+        await upgrade(engine)
+        sessions = session_factory(engine)
+        async with sessions.begin() as session:
+            job = await repository.create_job(session, _config(1, 1).model_copy())
+        bulk = await asyncpg.connect(make_url(admin).set(database=database).render_as_string())
+        try:
+            loaded = 0
+            for size in sizes:
+                loaded = await _load_programs(bulk, job.id, start=loaded, end=size)
+                await bulk.execute("ANALYZE programs; ANALYZE elites")
+                latencies = await _time_sampling(sessions, job.id, draws)
+                p50, p99 = np.percentile(latencies, [50, 99])
+                print(
+                    f"  {size:>9,} programs: sample p50 {p50:6.2f} ms, p99 {p99:6.2f} ms "
+                    f"({draws} draws; {load()})"
+                )
+        finally:
+            await bulk.close()
+    finally:
+        await engine.dispose()
+        await connection.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        await connection.close()
+
+
+CELLS = 100  # elites of the island (gemm-tiling has 64 cells): the working set of sampling
+BATCH = 50_000  # rows per COPY
+
+
+async def _load_programs(connection: asyncpg.Connection, job: str, *, start: int, end: int) -> int:
+    """Add programs ``start .. end-1`` (evaluated, scored) and keep one elite per cell."""
+    rng = np.random.default_rng(start)
+    columns = (
+        "id", "job_id", "source", "content_hash", "island", "epoch", "generation",
+        "proposal_index", "status", "attempts", "diff", "proposer", "score", "stage_scores",
+        "metrics", "heldout", "features", "cell", "cases", "feedback", "artifacts", "created_at",
+    )  # fmt: skip
+    now = datetime.now(UTC)
+    for first in range(start, end, BATCH):
+        last = min(end, first + BATCH)
+        scores = rng.random(last - first)
+        records = [
+            (
+                f"{index:032x}", job, INITIAL, f"{index:064x}", 0, 0, 1, index, "evaluated", 1, "",
+                "bench", float(score), json.dumps({"score": float(score)}), "{}", "{}", "{}",
+                str(index % CELLS), "[]", "", "{}", now,
+            )
+            for index, score in zip(range(first, last), scores, strict=True)
+        ]  # fmt: skip
+        await connection.copy_records_to_table("programs", records=records, columns=columns)
+    await connection.execute(
+        """
+        INSERT INTO elites (job_id, island, cell, program_id, score, epoch, improvements)
+        SELECT DISTINCT ON (cell) job_id, 0, cell, id, score, 0, 0
+        FROM programs WHERE job_id = $1 ORDER BY cell, score DESC
+        ON CONFLICT (job_id, island, cell) DO UPDATE
+        SET program_id = EXCLUDED.program_id, score = EXCLUDED.score
+        WHERE elites.score < EXCLUDED.score
+        """,
+        job,
+    )
+    return end
+
+
+async def _time_sampling(sessions: object, job: str, draws: int) -> list[float]:
+    rng = np.random.default_rng(0)
+    latencies = []
+    for _ in range(draws):
+        started = time.perf_counter()
+        async with sessions() as session:  # type: ignore[operator]
+            sample = await repository.sample(
+                session, job, 0, rng, exploit_ratio=0.7, temperature=4.0, top=2, diverse=1
+            )
+        latencies.append((time.perf_counter() - started) * 1000)
+        assert sample is not None
+    return latencies
+
+
+# ----------------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--proposals", type=int, default=3000, help="per throughput run")
+    parser.add_argument("--quick", action="store_true", help="small runs, to check the bench")
+    parser.add_argument("--parts", default="1,2,3", help="which figures to measure (1, 2, 3)")
+    parser.add_argument("--workers-only", action="store_true", help="only figure 2b")
+    args = parser.parse_args()
+    proposals = 300 if args.quick else args.proposals
+    sizes = [int(size) for size in args.sizes.split(",")]
+
+    parts = {int(part) for part in args.parts.split(",")}
+    if args.workers_only:
+        worker_scaling(args)
+        return
+    if 1 in parts:
+        throughput(args, proposals)
+    if 2 in parts:
+        scaling(args, proposals)
+        worker_scaling(args)
+    if 3 in parts:
+        print("3. parent + inspirations sampling latency, postgres")
+        asyncio.run(sampling(args.pg, sizes, draws=200 if args.quick else 1000))
+
+
+def throughput(args: argparse.Namespace, proposals: int) -> None:
+    instant = BenchProblem()
+    print("1. programs/s end to end, instant evaluator (16 slots, 32 in flight)")
+    for mode in ("embedded", "postgres+redis"):
+        if mode == "embedded":
+            done, wall = asyncio.run(embedded(instant, proposals=proposals, slots=16))
+        else:
+            done, wall = asyncio.run(
+                distributed(
+                    instant, pg=args.pg, redis_url=args.redis, proposals=proposals, slots=16
+                )
+            )
+        print(f"  {mode:>15}: {done / wall:7.1f} programs/s ({done} in {wall:.1f} s; {load()})")
+
+
+def scaling(args: argparse.Namespace, proposals: int) -> None:
+    print(f"2. scaling, {SLEEP_S * 1000:.0f} ms sleep-bound evaluator, postgres+redis")
+    for slots in (1, 4, 16, 64):
+        runs = max(40, min(proposals, int(slots / SLEEP_S * (2 if args.quick else 8))))
+        done, wall = asyncio.run(
+            distributed(
+                BenchProblem(sleep_s=SLEEP_S),
+                pg=args.pg,
+                redis_url=args.redis,
+                proposals=runs,
+                slots=slots,
+            )
+        )
+        rate = done / wall
+        print(
+            f"  {slots:>3} slots: {rate:7.1f} programs/s, efficiency {rate * SLEEP_S / slots:.2f} "
+            f"({done} in {wall:.1f} s; {load()})"
+        )
+
+
+def worker_scaling(args: argparse.Namespace) -> None:
+    print(f"2b. the same, queue and workers only: {SLEEP_S * 1000:.0f} ms tasks pre-fed to Redis")
+    for slots in (1, 4, 16, 64):
+        count = max(40, int(slots / SLEEP_S * (1 if args.quick else 4)))
+        rate = asyncio.run(drain(args.redis, slots=slots, count=count))
+        print(
+            f"  {slots:>3} slots: {rate:7.1f} tasks/s, efficiency {rate * SLEEP_S / slots:.2f} "
+            f"({count} tasks; {load()})"
+        )
+
+
+async def drain(redis_url: str, *, slots: int, count: int) -> float:
+    """Tasks per second that one worker process with ``slots`` slots returns (no controller)."""
+    from redis.asyncio import Redis
+
+    from codevolve.core.task import Task
+    from codevolve.evaluator_workers.heartbeat import list_workers
+
+    keys = RedisKeys(f"bench-{uuid.uuid4().hex[:8]}")
+    redis = Redis.from_url(redis_url, decode_responses=True)
+    context = multiprocessing.get_context("fork")
+    worker = context.Process(
+        target=_worker_main, args=(redis_url, keys.prefix, slots, SLEEP_S), daemon=True
+    )
+    try:
+        queue = RedisTaskQueue(redis, "drain", keys=keys)
+        await queue.start()
+        for index in range(count):  # all queued before the worker starts: only it is timed
+            await queue.submit(
+                Task(program_id=str(index), job_id="drain", problem="b", source="", seed=index)
+            )
+        worker.start()
+        for _ in range(60000):  # up to 10 minutes for the worker to start and announce itself
+            if await list_workers(redis, keys):
+                break
+            await asyncio.sleep(0.01)
+        started = time.perf_counter()
+        returned = 0
+        while returned < count:
+            returned += await queue.next_result(1.0) is not None
+        return count / (time.perf_counter() - started)
+    finally:
+        if worker.pid is not None:
+            worker.terminate()
+            worker.join(30)
+        names = [key async for key in redis.scan_iter(match=f"{keys.prefix}:*")]
+        if names:
+            await redis.delete(*names)
+        await redis.aclose()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,266 @@
+"""Distributed-mode commands: ``serve``, ``worker``, ``submit``.
+
+codevolve serve --db URL [--redis URL] [--port 8000 | --no-api]
+codevolve worker --redis URL --capability cpu|gpu --concurrency N
+codevolve submit gemm-tiling --proposals 1000 --seed 0 [--db URL] [--json]
+
+``serve`` migrates the database, then runs the supervisor (a controller per queued or running job)
+and, in the same event loop, the REST API and dashboard when they are installed. ``worker`` needs
+only the Redis URL. ``submit`` creates a queued job that the running ``serve`` picks up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import logging
+import signal
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from redis.asyncio import Redis
+
+from codevolve.core.config import RunConfig
+from codevolve.core.errors import ConfigError
+from codevolve.evaluator_workers.heartbeat import list_workers
+from codevolve.evaluator_workers.redis_keys import CAPABILITIES, DEFAULT_PREFIX, RedisKeys
+from codevolve.evaluator_workers.redis_queue import QueueTuning
+from codevolve.services.settings import Settings
+
+log = logging.getLogger(__name__)
+
+API_MODULE = "codevolve.services.api.app"
+DEFAULT_PORT = 8000
+
+
+def register(sub: Any) -> None:
+    """Add the distributed-mode commands to the ``codevolve`` parser's subcommands."""
+    serve = sub.add_parser("serve", help="controller (and API): run every queued or running job")
+    serve.add_argument("--db", default=None, help="database URL (default: CODEVOLVE_DB)")
+    serve.add_argument("--redis", default=None, help="Redis URL (default: CODEVOLVE_REDIS_URL)")
+    serve.add_argument("--host", default="127.0.0.1", help="API address to listen on")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="API port")
+    serve.add_argument("--no-api", action="store_true", help="run the controller only")
+    serve.add_argument(
+        "--local-workers", type=int, default=2, help="without Redis: in-process workers per job"
+    )
+    serve.add_argument("--poll-s", type=float, default=1.0, help="seconds between job scans")
+    _prefix_option(serve)
+    serve.set_defaults(handler=_cmd_serve)
+
+    worker = sub.add_parser("worker", help="evaluate tasks from Redis (no database access)")
+    worker.add_argument("--redis", default=None, help="Redis URL (default: CODEVOLVE_REDIS_URL)")
+    worker.add_argument("--capability", choices=CAPABILITIES, default="cpu")
+    worker.add_argument("--concurrency", type=int, default=1, help="evaluations at once")
+    worker.add_argument(
+        "--gpus", default=None, help="gpu: all (default) or ids; one worker process per GPU"
+    )
+    worker.add_argument("--name", default=None, help="worker name (default: host-pid-random)")
+    worker.add_argument(
+        "--lease-s", type=float, default=QueueTuning().lease_s, help="reclaim tasks idle this long"
+    )
+    worker.add_argument(
+        "--max-deliveries",
+        type=int,
+        default=QueueTuning().max_deliveries,
+        help="deliveries of a task before it is dead-lettered",
+    )
+    worker.add_argument("--heartbeat-s", type=float, default=5.0, help="seconds between beats")
+    _prefix_option(worker)
+    worker.set_defaults(handler=_cmd_worker, db=None)
+
+    submit = sub.add_parser("submit", help="queue a job for the running serve")
+    submit.add_argument("problem", help="problem name, e.g. gemm-tiling, or bundle:<sha256>")
+    submit.add_argument("--proposals", type=int, default=1000, help="proposal budget")
+    submit.add_argument("--seed", type=int, default=0)
+    submit.add_argument("--islands", type=int, default=None)
+    submit.add_argument("--max-wall-s", type=float, default=None, help="wall-clock budget, s")
+    submit.add_argument("--in-flight", type=int, default=None, help="proposals in flight at once")
+    submit.add_argument("--config", default=None, help="JSON of further RunConfig fields")
+    submit.add_argument("--owner", default="", help="owner recorded with the job")
+    submit.add_argument("--json", action="store_true", help="print JSON")
+    submit.add_argument("--db", default=None, help="database URL (default: CODEVOLVE_DB)")
+    submit.set_defaults(handler=_cmd_submit)
+
+
+def _prefix_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--key-prefix", default=DEFAULT_PREFIX, help="prefix of every Redis key (one deployment)"
+    )
+
+
+def _redis_url(args: argparse.Namespace, *, required: bool) -> str | None:
+    url: str | None = args.redis or Settings().redis_url
+    if required and not url:
+        raise ConfigError("a Redis URL is needed: --redis URL or CODEVOLVE_REDIS_URL")
+    return url
+
+
+# ------------------------------------------------------------------------------------- submit
+
+
+def run_config(args: argparse.Namespace) -> RunConfig:
+    fields: dict[str, Any] = json.loads(args.config) if args.config else {}
+    fields |= {"problem": args.problem, "seed": args.seed, "max_proposals": args.proposals}
+    for option, name in (
+        ("islands", "islands"),
+        ("max_wall_s", "max_wall_s"),
+        ("in_flight", "max_in_flight"),
+    ):
+        if getattr(args, option) is not None:
+            fields[name] = getattr(args, option)
+    return RunConfig.model_validate(fields)
+
+
+def _cmd_submit(args: argparse.Namespace) -> int:
+    from codevolve.evaluator_workers.redis_bundles import bundle_id_of
+    from codevolve.problems.registry import get_problem
+    from codevolve.program_db import repository
+    from codevolve.program_db.bundles import get_bundle
+    from codevolve.program_db.engine import create_engine, session_factory, upgrade
+
+    config = run_config(args)
+
+    async def go() -> str:
+        engine = create_engine(args.db)
+        try:
+            await upgrade(engine)
+            async with session_factory(engine).begin() as session:
+                bundle = bundle_id_of(config.problem)
+                if bundle is None:
+                    get_problem(config.problem)  # fail early, listing the known problems
+                elif await get_bundle(session, bundle) is None:
+                    raise ConfigError(f"{config.problem}: no such bundle in {args.db}")
+                job = await repository.create_job(session, config, owner=args.owner)
+            return job.id
+        finally:
+            await engine.dispose()
+
+    job_id = asyncio.run(go())
+    if args.json:
+        print(json.dumps({"job_id": job_id, "state": "queued", "problem": config.problem}))
+    else:
+        print(job_id)
+    return 0
+
+
+# ------------------------------------------------------------------------------------- worker
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from codevolve.services.worker_process import WorkerOptions, run_worker_process
+
+    url = _redis_url(args, required=True)
+    assert url is not None
+    options = WorkerOptions(
+        key_prefix=args.key_prefix,
+        tuning=QueueTuning(lease_s=args.lease_s, max_deliveries=args.max_deliveries),
+        heartbeat_s=args.heartbeat_s,
+    )
+    if options.heartbeat_s * 2 > options.tuning.lease_s:
+        raise ConfigError("--heartbeat-s must be under half of --lease-s, or leases lapse")
+    if args.capability == "gpu" or args.gpus is not None:
+        from codevolve.services.gpu_workers import run_gpu_workers
+
+        return run_gpu_workers(args, url, options)
+    return run_worker_process(url, args.capability, args.concurrency, args.name, options=options)
+
+
+# -------------------------------------------------------------------------------------- serve
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    asyncio.run(serve(args))
+    return 0
+
+
+async def serve(args: argparse.Namespace) -> None:
+    """Migrate, then run the supervisor and (when installed) the API until SIGTERM or SIGINT."""
+    from codevolve.program_db.engine import create_engine, session_factory, upgrade
+    from codevolve.services.supervisor import Supervisor, SupervisorOptions
+
+    url = _redis_url(args, required=False)
+    engine = create_engine(args.db)
+    redis = Redis.from_url(url, decode_responses=True) if url else None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(number, stop.set)
+    try:
+        await upgrade(engine)
+        sessions = session_factory(engine)
+        keys = RedisKeys(args.key_prefix)
+        supervisor = Supervisor(
+            sessions,
+            redis=redis,
+            options=SupervisorOptions(
+                poll_s=args.poll_s, local_workers=args.local_workers, key_prefix=args.key_prefix
+            ),
+        )
+        server = None if args.no_api else _api_server(args, sessions, redis, keys)
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(supervisor.run(stop))
+            if server is not None:
+                tg.create_task(_serve_api(server, stop))
+        log.info("serve stopped")
+    finally:
+        if redis is not None:
+            await redis.aclose()
+        await engine.dispose()
+
+
+def _api_server(
+    args: argparse.Namespace, sessions: Any, redis: Redis | None, keys: RedisKeys
+) -> Any:
+    """A uvicorn server of the API app, or None when this installation has no API."""
+    try:
+        api = importlib.import_module(API_MODULE)
+        deps = importlib.import_module("codevolve.services.api.deps")
+    except ImportError as exc:
+        log.warning("no API in this installation (%s); running the controller only", exc)
+        return None
+    import uvicorn
+
+    fleet = None if redis is None else _fleet_reader(redis, keys, deps.WorkerStatus)
+    settings = Settings(db=args.db, redis_url=_redis_url(args, required=False))
+    app = api.create_app(settings, sessions=sessions, fleet=fleet)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="on")
+    return uvicorn.Server(config)
+
+
+def _fleet_reader(redis: Redis, keys: RedisKeys, status: Any) -> Any:
+    async def read() -> Sequence[Any]:
+        return [
+            status(
+                name=worker["name"],
+                capabilities=(
+                    worker["capability"],
+                    *worker.get("backends", ()),
+                    *((f"gpu:{worker['gpu_model']}",) if worker.get("gpu_model") else ()),
+                ),
+                last_seen=datetime.fromtimestamp(worker["seen"], UTC),
+                busy=worker["busy"],
+            )
+            for worker in await list_workers(redis, keys)
+        ]
+
+    return read
+
+
+async def _serve_api(server: Any, stop: asyncio.Event) -> None:
+    """Run uvicorn until it stops or ``stop`` is set; either way the whole serve stops."""
+
+    async def watch() -> None:
+        await stop.wait()
+        server.should_exit = True
+
+    async with asyncio.TaskGroup() as tg:
+        watcher = tg.create_task(watch())
+        try:
+            await server.serve()
+        finally:
+            stop.set()
+            watcher.cancel()
