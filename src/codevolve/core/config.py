@@ -25,13 +25,77 @@ class SandboxLimits(_Frozen):
     )
 
 
-class ProposerConfig(_Frozen):
-    """Which proposer makes the diffs. ``simulated`` needs no network."""
+class ModelConfig(_Frozen):
+    """One model of an LLM ensemble, served by an OpenAI-compatible chat-completions endpoint.
 
-    kind: Literal["simulated"] = "simulated"
-    domain_weight: float = Field(
-        0.85, ge=0, le=1, description="probability of a domain mutation over a generic one"
+    The API key is never stored: ``api_key_env`` names the environment variable that holds it.
+    """
+
+    name: str = Field(min_length=1, max_length=190, description="model name sent to the endpoint")
+    weight: float = Field(1.0, gt=0, description="relative probability of asking this model")
+    base_url: str = Field(
+        "https://api.openai.com/v1",
+        min_length=1,
+        description="endpoint root; '/chat/completions' is appended",
     )
+    api_key_env: str | None = Field(
+        "OPENAI_API_KEY", description="environment variable holding the API key (None: no key)"
+    )
+    temperature: float = Field(0.8, ge=0, le=2, description="sampling temperature")
+    max_tokens: int = Field(4096, ge=16, le=1 << 20, description="longest answer, tokens")
+    price_in: float | None = Field(
+        None, ge=0, description="USD per 1M prompt tokens (None: the built-in price table, else 0)"
+    )
+    price_out: float | None = Field(
+        None, ge=0, description="USD per 1M answer tokens (None: the built-in price table, else 0)"
+    )
+    max_concurrency: int = Field(8, ge=1, le=1024, description="requests to this model at once")
+
+
+class ProposerConfig(_Frozen):
+    """Which proposer makes the diffs. ``simulated`` (the default) needs no network; ``llm`` asks
+    the ``models`` ensemble."""
+
+    kind: Literal["simulated", "llm"] = "simulated"
+    domain_weight: float = Field(
+        0.85, ge=0, le=1, description="simulated: chance of a domain mutation over a generic one"
+    )
+    models: tuple[ModelConfig, ...] = Field((), description="llm: the ensemble, at least one model")
+    deadline_s: float = Field(
+        180.0, gt=0, le=3600, description="llm: hard limit per proposal, all retries included, s"
+    )
+    max_attempts: int = Field(4, ge=1, le=20, description="llm: requests per proposal at most")
+    backoff_s: float = Field(
+        1.0, gt=0, le=60, description="llm: first retry delay, doubled per retry, with jitter, s"
+    )
+    breaker_failures: int = Field(
+        5, ge=1, description="llm: consecutive failed requests that pause a model"
+    )
+    breaker_cooldown_s: float = Field(
+        30.0, gt=0, description="llm: how long a paused model is left alone, s"
+    )
+    adaptive: bool = Field(
+        False, description="llm: shift weight toward models whose children improve most per cost"
+    )
+    max_cost_usd: float | None = Field(
+        None, gt=0, description="budget: stop proposing once the job's proposals cost this, USD"
+    )
+    log_prompts: bool | None = Field(
+        None, description="store each prompt and answer with its proposal (None: for llm only)"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ProposerConfig:
+        if self.kind == "llm" and not self.models:
+            raise ValueError("the llm proposer needs at least one model")
+        names = [model.name for model in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"model names must be distinct, got {names}")
+        return self
+
+    @property
+    def logs_prompts(self) -> bool:
+        return self.kind == "llm" if self.log_prompts is None else self.log_prompts
 
 
 class RunConfig(_Frozen):

@@ -20,6 +20,7 @@ class ProgramView:
     cases: tuple[CaseResult, ...] = ()
     feedback: str = ""
     error: str | None = None
+    stderr: str = ""  # what the program wrote to stderr in its evaluation (the prompt shows a tail)
 
 
 @dataclass(frozen=True, slots=True)

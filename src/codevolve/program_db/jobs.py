@@ -129,8 +129,14 @@ async def record_proposal(
     tokens_in: int = 0,
     tokens_out: int = 0,
     cost_usd: float = 0.0,
+    prompt: str = "",
+    answer: str = "",
+    prompt_variant: str = "",
 ) -> bool:
     """Log what became of proposal ``index`` and count it in ``jobs.proposals``.
+
+    ``prompt`` and ``answer`` are the texts sent and received (empty when not logged);
+    ``prompt_variant`` names the template variant that made the prompt.
 
     An index is recorded once: a second record of the same index (an error path reporting a
     proposal that was already logged) changes nothing and returns False.
@@ -149,6 +155,9 @@ async def record_proposal(
             tokens_in=tokens_in,
             tokens_out=tokens_out,
             cost_usd=cost_usd,
+            prompt=prompt,
+            answer=answer,
+            prompt_variant=prompt_variant,
             created_at=utcnow(),
         )
         .on_conflict_do_nothing(index_elements=["job_id", "proposal_index"])

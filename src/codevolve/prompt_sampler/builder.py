@@ -7,8 +7,13 @@ programs for inspiration; and exact instructions for the SEARCH/REPLACE answer f
 
 A few template variants (the phrasing of the task, the order of the middle sections) are drawn
 from the injected generator, so that a run is reproducible from its seed, and recorded in
-``Prompt.variant``. Only :class:`~codevolve.core.prompt.ProgramView` values are rendered; they
-carry no held-out metrics, so none can reach a proposer.
+``Prompt.variant``. Given a :class:`~codevolve.prompt_sampler.variants.StyleSampler`, the prompt
+also takes one of its named styles (SEARCH/REPLACE, focused, explore, or a full rewrite when the
+editable code is short), and the variant is named ``"<style>:task<i>-<order>"``; without one the
+prompt and the generator draws are exactly those of the plain template.
+
+Only :class:`~codevolve.core.prompt.ProgramView` values are rendered; they carry no held-out
+metrics, so none can reach a proposer.
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Hunk
 from codevolve.core.program import CaseResult, Metrics
 from codevolve.core.prompt import BestCase, ProgramView, Prompt
 from codevolve.prompt_sampler.errors import PromptSamplerError
-from codevolve.prompt_sampler.regions import Layout, layout
+from codevolve.prompt_sampler.regions import Layout, layout, region_texts
+from codevolve.prompt_sampler.variants import REWRITE_MAX_LINES, STYLE_ASKS, StyleSampler
 
 FeedbackGap = tuple[CaseResult, BestCase, float]  # (parent's case, best seen, parent cost / best)
 
 MAX_FEEDBACK_CHARS = 2_000  # characters of evaluator feedback or error shown per program
+FOCUSED_CASES = 3  # cases shown by the "focused" style
 
 TASK_LINES = (
     "Improve the current program so that it scores higher.",
@@ -82,22 +89,33 @@ def build_prompt(
     best_cases: Mapping[str, BestCase],
     rng: np.random.Generator,
     max_feedback_cases: int = 8,
+    styles: StyleSampler | None = None,
 ) -> Prompt:
-    """The prompt for one proposal; equal generator states give equal prompts."""
+    """The prompt for one proposal; equal generator states (and style statistics) give equal
+    prompts."""
     if max_feedback_cases < 0:
         raise PromptSamplerError(f"max_feedback_cases must be >= 0, got {max_feedback_cases}")
     task_index = int(rng.integers(len(TASK_LINES)))
     order_name, order = _ORDERS[int(rng.integers(len(_ORDERS)))]
+    editable = layout(parent.source)
+    style = None
+    if styles is not None:
+        style = styles.choose(rng, rewrite_allowed=_short(parent.source, editable))
+    limit = min(max_feedback_cases, FOCUSED_CASES) if style == "focused" else max_feedback_cases
     middle = {
         "parent": _parent_section(parent),
-        "gaps": _gaps_section(feedback_gaps(parent, best_cases), limit=max_feedback_cases),
+        "gaps": _gaps_section(feedback_gaps(parent, best_cases), limit=limit),
         "inspirations": _inspirations_section(inspirations),
     }
+    task = TASK_LINES[task_index]
+    if style:
+        task = f"{task} {STYLE_ASKS[style]}".strip()
+    variant = f"task{task_index}-{order_name}"
     sections = [
-        f"# {problem}\n\n{TASK_LINES[task_index]}",
+        f"# {problem}\n\n{task}",
         f"## Problem\n\n{context.strip()}",
         *(middle[name] for name in order),
-        _format_section(layout(parent.source)),
+        _rewrite_section(editable) if style == "rewrite" else _format_section(editable),
     ]
     return Prompt(
         job_id=job_id,
@@ -109,8 +127,14 @@ def build_prompt(
         best_cases=dict(best_cases),
         context=context,
         text="\n\n".join(section for section in sections if section) + "\n",
-        variant=f"task{task_index}-{order_name}",
+        variant=f"{style}:{variant}" if style else variant,
     )
+
+
+def _short(source: str, editable: Layout) -> bool:
+    """Whether the editable code is short enough to be rewritten whole."""
+    lines = sum(text.count("\n") + 1 for text in region_texts(source, editable.regions))
+    return lines <= REWRITE_MAX_LINES
 
 
 def _parent_section(parent: ProgramView) -> str:
@@ -123,6 +147,8 @@ def _parent_section(parent: ProgramView) -> str:
         parts.append("Evaluator feedback:\n" + _clip(parent.feedback, keep_tail=False))
     if parent.error:
         parts.append("Error:\n" + _clip(parent.error, keep_tail=True))
+    if parent.stderr.strip():
+        parts.append("Standard error (the tail):\n" + _clip(parent.stderr, keep_tail=True))
     return "\n\n".join(parts)
 
 
@@ -191,6 +217,29 @@ def _format_section(editable: Layout) -> str:
             f"- A full rewrite is also accepted: {rewrite} in a single ```python fenced block, "
             "with no SEARCH/REPLACE markers.",
             "- The result must be valid Python. Explain briefly, then give the blocks.",
+        ]
+    )
+
+
+def _rewrite_section(editable: Layout) -> str:
+    if not editable.marked:
+        what = "the complete new program"
+    elif len(editable.regions) == 1:
+        what = (
+            f"the complete new code between `{EVOLVE_START}` and `{EVOLVE_END}` (the marker lines "
+            "and the code outside them are fixed and may be left out)"
+        )
+    else:
+        what = "the whole program, markers included and the code outside them unchanged"
+    return "\n".join(
+        [
+            "## How to answer",
+            "",
+            f"Answer with {what}, in a single ```python fenced block.",
+            "",
+            "- Write no SEARCH/REPLACE markers: the block replaces the editable code as a whole.",
+            "- Keep every name the fixed code and the evaluator use, with the same signature.",
+            "- The result must be valid Python. Explain briefly, then give the block.",
         ]
     )
 

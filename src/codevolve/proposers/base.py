@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -21,3 +21,17 @@ class Proposer(Protocol):
     def name(self) -> str: ...
 
     async def propose(self, prompt: Prompt, rng: np.random.Generator) -> Proposal: ...
+
+
+@runtime_checkable
+class LearningProposer(Protocol):
+    """A proposer that learns from what became of its proposals (e.g. an adaptive ensemble).
+
+    ``proposer`` is the proposal's ``Proposal.proposer``; ``improvement`` is the child's score
+    minus its parent's (0.0 when there is no evaluated child). ``calls`` > 1 reports a resumed
+    job's history in one go, with summed cost and improvement.
+    """
+
+    def observe(
+        self, proposer: str, *, cost_usd: float, improvement: float, calls: int = 1
+    ) -> None: ...

@@ -13,6 +13,7 @@ transaction at a time (SQLite allows one writer, and the controller's transactio
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import time
@@ -27,13 +28,14 @@ from codevolve.core.diff import ApplyFailure
 from codevolve.core.job import Job, JobState
 from codevolve.core.problem import Problem
 from codevolve.core.program import Evaluation, Program, ProgramId, ProgramStatus
-from codevolve.core.prompt import BestCase, ProgramView, Proposal, ProposalStatus
+from codevolve.core.prompt import BestCase, ProgramView, Prompt, Proposal, ProposalStatus
 from codevolve.core.task import Task
 from codevolve.evaluator_workers.queue import TaskQueue
 from codevolve.program_db import archive, repository
 from codevolve.prompt_sampler.builder import build_prompt
 from codevolve.prompt_sampler.diff import apply_answer
 from codevolve.proposers.base import Proposer
+from codevolve.services.proposal_ledger import ProposalLedger
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,7 @@ class Progress:
 @dataclass(frozen=True, slots=True)
 class _InFlight:
     holds_slot: bool  # a proposal slot is released when its result lands
+    task: Task | None = None  # as enqueued; continued when a worker hands the program on
 
 
 class Controller:
@@ -93,6 +96,7 @@ class Controller:
         self._queue = queue
         self._problem = problem
         self._proposer = proposer
+        self._ledger = ProposalLedger(job.config, proposer)  # cost budget, prompt logs, learning
         self._on_progress = on_progress or (lambda _p: None)
         self._db_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(self._config.max_in_flight)
@@ -142,11 +146,22 @@ class Controller:
             best = await repository.best_program(session, self._job.id)
             self.progress.best_score = best.score if best else None
             self._best_cases = await repository.best_cases(session, self._job.id)
+            self._ledger.warm_start(await repository.proposal_usage(session, self._job.id))
         for program in pending:
             await self._enqueue(program)
         if pending:
             log.info("job %s: %d pending program(s) enqueued", self._job.id, len(pending))
         return count, next_index
+
+    async def requeue_pending(self) -> int:
+        """Enqueue every pending program again, e.g. after the queue lost its tasks (Redis
+        restarted empty); returns how many. A result that also arrives is applied once."""
+        async with self._transaction() as session:
+            pending = await repository.pending_programs(session, self._job.id)
+        for program in pending:
+            flight = self._in_flight.get(program.id)
+            await self._enqueue(program, holds_slot=flight is not None and flight.holds_slot)
+        return len(pending)
 
     async def _insert_initial(self, session: AsyncSession) -> Program:
         source = self._problem.initial_program
@@ -173,6 +188,9 @@ class Controller:
         index = next_index
         while remaining > 0 and not self._stop_proposing.is_set():
             await self._slots.acquire()
+            if self._ledger.over_budget():
+                log.info("job %s: cost budget reached", self._job.id)
+                self._stop_proposing.set()
             if self._stop_proposing.is_set():
                 self._slots.release()
                 break
@@ -246,6 +264,7 @@ class Controller:
             inspirations=[_view(p) for p in sample.inspirations],
             best_cases=best_cases,
             rng=rng,
+            styles=self._ledger.styles,
         )
         proposal = await self._proposer.propose(prompt, rng)
         return await self._accept(
@@ -254,6 +273,7 @@ class Controller:
             sample_epoch=sample.epoch,
             parent=sample.parent,
             proposal=proposal,
+            prompt=prompt,
             rng=rng,
         )
 
@@ -265,6 +285,7 @@ class Controller:
         sample_epoch: int,
         parent: Program,
         proposal: Proposal,
+        prompt: Prompt,
         rng: np.random.Generator,
     ) -> bool:
         """Apply the answer; record the proposal; insert and enqueue the child if there is one."""
@@ -276,6 +297,7 @@ class Controller:
             )
         )
         child: Program | None = None
+        prompt_text, answer_text = self._ledger.texts(prompt, proposal)
         async with self._transaction() as session:
 
             async def record(status: ProposalStatus, reason: str = "") -> None:
@@ -292,6 +314,9 @@ class Controller:
                     tokens_in=proposal.tokens_in,
                     tokens_out=proposal.tokens_out,
                     cost_usd=proposal.cost_usd,
+                    prompt=prompt_text,
+                    answer=answer_text,
+                    prompt_variant=prompt.variant,
                 )
 
             if outcome is None:
@@ -326,6 +351,9 @@ class Controller:
                 await repository.insert_program(session, child)
                 await record(ProposalStatus.CHILD)
         self.progress.proposals += 1
+        self._ledger.settled(
+            prompt, proposal, child=child.id if child else None, parent_score=parent.score
+        )
         if child is None:
             return False
         await self._enqueue(
@@ -351,19 +379,34 @@ class Controller:
                 if parent_scores is not None
                 else (await self._parent_scores(session, program))
             )
-        self._in_flight[program.id] = _InFlight(holds_slot=holds_slot)
-        await self._queue.submit(
-            Task(
-                program_id=program.id,
-                job_id=self._job.id,
-                problem=self._problem.name,
-                source=program.source,
-                seed=seed if seed is not None else _derived_seed(self._config.seed, program),
-                parent_scores=parent_scores,
-                limits=self._config.sandbox,
-                attempt=attempts,
-            )
+        task = Task(
+            program_id=program.id,
+            job_id=self._job.id,
+            problem=self._job.config.problem,  # what workers resolve, e.g. bundle:<sha>
+            source=program.source,
+            seed=seed if seed is not None else _derived_seed(self._config.seed, program),
+            parent_scores=parent_scores,
+            limits=self._config.sandbox,
+            attempt=attempts,
         )
+        self._in_flight[program.id] = _InFlight(holds_slot=holds_slot, task=task)
+        await self._queue.submit(task)
+
+    async def _hand_on(self, evaluation: Evaluation) -> None:
+        """Enqueue the rest of a cascade that a worker could not run (a GPU stage) for a worker
+        with the capability it needs; the stages already run travel with the task."""
+        flight = self._in_flight.get(evaluation.program_id)
+        if flight is None or flight.task is None or evaluation.handoff is None:
+            log.info("program %s: hand-off of a task no longer in flight", evaluation.program_id)
+            return
+        task = dataclasses.replace(
+            flight.task,
+            capability=evaluation.handoff,
+            start_stage=len(evaluation.stages),
+            prior_stages=evaluation.stages,
+        )
+        self._in_flight[evaluation.program_id] = dataclasses.replace(flight, task=task)
+        await self._queue.submit(task)
 
     async def _parent_scores(self, session: AsyncSession, program: Program) -> dict[str, float]:
         if program.parent_id is None:
@@ -396,6 +439,9 @@ class Controller:
             self._on_progress(self.progress)
 
     async def _apply(self, evaluation: Evaluation) -> None:
+        if evaluation.handoff is not None:  # unfinished: the next stage runs elsewhere
+            await self._hand_on(evaluation)
+            return
         flight = self._in_flight.pop(evaluation.program_id, None)
         cell = (
             archive.cell_key(evaluation.features, self._problem.features)
@@ -409,6 +455,7 @@ class Controller:
                 await self._archive(session, program, evaluation, cell)
         if applied:
             self._count(evaluation)
+            self._ledger.evaluated(evaluation)
             if (
                 program is not None
                 and program.parent_id is None
@@ -539,6 +586,7 @@ def _view(program: Program) -> ProgramView:
         cases=program.cases,
         feedback=program.feedback,
         error=program.error,
+        stderr=program.artifacts.get("stderr", ""),
     )
 
 
