@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DB_URL = "sqlite+aiosqlite:///codevolve.sqlite"  # a file in the working directory
@@ -13,6 +13,16 @@ class Settings(BaseSettings):
 
     db: str = Field(DEFAULT_DB_URL, description="database URL (SQLite file or Postgres)")
     log_level: str = Field("WARNING", description="logging level of the process")
+    database_url: str | None = Field(None, description="alias of db, used when db is not set")
+    redis_url: str | None = Field(None, description="Redis URL (distributed mode); unset: embedded")
+    admin_token: str | None = Field(None, description="bearer token that may create user tokens")
+    public_dashboard: bool = Field(False, description="dashboard readable without a token")
+
+    @model_validator(mode="after")
+    def _database_alias(self) -> Settings:
+        if self.database_url and "db" not in self.model_fields_set:
+            self.db = self.database_url
+        return self
 
 
 def normalise_db_url(url: str) -> str:

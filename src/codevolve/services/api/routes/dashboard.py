@@ -1,0 +1,120 @@
+"""The dashboard: server-rendered pages (jobs, a job, a program, the fleet) and the JSON their
+scripts poll to stay live. Readable by anyone when ``public_dashboard`` is set, else with a token
+(Authorization header, or the cookie ``/login`` sets). Not part of the OpenAPI schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path as FilePath
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Path, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
+
+from codevolve.program_db import repository
+from codevolve.services.api.auth import COOKIE, ViewerDep, principal_of
+from codevolve.services.api.deps import SessionDep
+from codevolve.services.api.highlight import highlight_python, line_numbers, render_diff
+from codevolve.services.api.queries import (
+    job_detail,
+    job_live,
+    program_detail,
+    visible_job,
+    visible_program,
+)
+from codevolve.services.api.routes.system import read_fleet
+from codevolve.services.api.schemas import JobPublic
+
+router = APIRouter(include_in_schema=False)
+templates = Jinja2Templates(directory=FilePath(__file__).parent.parent / "templates")
+IdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")]
+COOKIE_MAX_AGE_S = 30 * 86400
+
+
+def _score(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4f}"
+
+
+def _json_script(data: Any) -> Markup:
+    """JSON safe inside ``<script type="application/json">`` (no ``</script>`` can close it)."""
+    text = json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return Markup(text)
+
+
+templates.env.filters["score"] = _score
+templates.env.filters["json_script"] = _json_script
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_form(request: Request) -> HTMLResponse:
+    return templates.TemplateResponse(request, "login.html", {"page": "login", "failed": False})
+
+
+@router.post("/login", response_model=None)
+async def login(
+    request: Request, session: SessionDep, token: Annotated[str, Form(max_length=500)]
+) -> RedirectResponse | HTMLResponse:
+    """Check the token and keep it in an HttpOnly cookie, which the pages and polls then carry
+    (a form post, so the token never appears in a URL or an access log)."""
+    if await principal_of(request, session, token) is None:
+        context = {"page": "login", "failed": True}
+        return templates.TemplateResponse(request, "login.html", context, status_code=401)
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(COOKIE, token, max_age=COOKIE_MAX_AGE_S, httponly=True, samesite="strict")
+    return response
+
+
+async def _jobs(session: SessionDep, viewer: ViewerDep) -> list[dict[str, Any]]:
+    jobs = await repository.list_jobs(session, owner=viewer.owner_filter)
+    return [JobPublic.of(job).model_dump(mode="json") for job in jobs]
+
+
+@router.get("/", response_class=HTMLResponse)
+async def jobs_page(request: Request, session: SessionDep, viewer: ViewerDep) -> HTMLResponse:
+    jobs = await _jobs(session, viewer)
+    return templates.TemplateResponse(request, "jobs.html", {"jobs": jobs, "page": "jobs"})
+
+
+@router.get("/live/jobs.json")
+async def jobs_live(session: SessionDep, viewer: ViewerDep) -> JSONResponse:
+    return JSONResponse({"jobs": await _jobs(session, viewer)})
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+async def job_page(
+    request: Request, job_id: IdPath, session: SessionDep, viewer: ViewerDep
+) -> HTMLResponse:
+    job = await visible_job(session, job_id, owner=viewer.owner_filter)
+    live = await job_live(session, job)
+    context = {"job": (await job_detail(session, job)).model_dump(), "live": live, "page": "job"}
+    return templates.TemplateResponse(request, "job.html", context)
+
+
+@router.get("/jobs/{job_id}/live.json")
+async def job_live_json(job_id: IdPath, session: SessionDep, viewer: ViewerDep) -> JSONResponse:
+    job = await visible_job(session, job_id, owner=viewer.owner_filter)
+    return JSONResponse(await job_live(session, job))
+
+
+@router.get("/programs/{program_id}", response_class=HTMLResponse)
+async def program_page(
+    request: Request, program_id: IdPath, session: SessionDep, viewer: ViewerDep
+) -> HTMLResponse:
+    program = await visible_program(session, program_id, owner=viewer.owner_filter)
+    detail = await program_detail(session, program)
+    context = {
+        "program": detail,
+        "code": highlight_python(detail.source),
+        "numbers": line_numbers(detail.source),
+        "diff": render_diff(detail.diff_to_parent),
+        "page": "program",
+    }
+    return templates.TemplateResponse(request, "program.html", context)
+
+
+@router.get("/workers", response_class=HTMLResponse)
+async def workers_page(request: Request, viewer: ViewerDep) -> HTMLResponse:
+    fleet = await read_fleet(request)
+    return templates.TemplateResponse(request, "workers.html", {"fleet": fleet, "page": "workers"})

@@ -1,0 +1,233 @@
+"""Jobs: create (a built-in problem or an uploaded bundle), list, get, pause, resume, cancel; a
+job's programs and its best programs.
+
+A created job is queued; the supervisor of ``codevolve serve`` runs it. Pause and cancel set the
+state the running controller watches; resume queues the job again.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, Query, Request, status
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+
+from codevolve.core.config import RunConfig
+from codevolve.core.job import Job, JobState
+from codevolve.core.program import ProgramStatus
+from codevolve.problems.openevolve.bundle import BundleError
+from codevolve.problems.registry import problem_names
+from codevolve.program_db import repository
+from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
+from codevolve.program_db.programs import ProgramOrder
+from codevolve.services.api.auth import Principal, PrincipalDep, UploaderDep
+from codevolve.services.api.bundle_check import MAX_BODY_BYTES, BundleRejected, load_bundle
+from codevolve.services.api.deps import SessionDep
+from codevolve.services.api.queries import job_detail, top_programs, visible_job
+from codevolve.services.api.schemas import (
+    BundleJobCreate,
+    BundleJobPublic,
+    JobConfigIn,
+    JobCreate,
+    JobDetail,
+    JobList,
+    JobPublic,
+    ProgramPage,
+    ProgramSummary,
+)
+from codevolve.services.bundles import run_config_for
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+JobIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="job id (uuid4 hex)")]
+_CLI_NAMES = {"max_proposals": "proposals", "max_in_flight": "in_flight"}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "missing or invalid token"},
+    404: {"description": "no such job (or another owner's)"},
+}
+
+
+def _owner(principal: Principal) -> str | None:
+    return None if principal.is_admin else principal.owner
+
+
+def _field_error(loc: tuple[str | int, ...], message: str, kind: str) -> RequestValidationError:
+    return RequestValidationError([{"loc": ("body", *loc), "msg": message, "type": kind}])
+
+
+def run_config(problem: str, config: JobConfigIn) -> RunConfig:
+    """The RunConfig of a request; a cross-field error names the flag-style key at fault."""
+    try:
+        return RunConfig.model_validate({"problem": problem, **config.run_config_fields()})
+    except ValidationError as error:
+        errors = []
+        for item in error.errors():
+            field = str(item["loc"][0]) if item["loc"] else ""
+            loc = ("config", _CLI_NAMES.get(field, field)) if field else ("config",)
+            errors.append({"loc": ("body", *loc), "msg": item["msg"], "type": item["type"]})
+        raise RequestValidationError(errors) from error
+
+
+async def _check_problem(session: SessionDep, problem: str, principal: Principal) -> None:
+    if problem.startswith(BUNDLE_PROBLEM_PREFIX):
+        if not principal.can_upload:
+            raise HTTPException(status.HTTP_403_FORBIDDEN, detail="this token lacks can_upload")
+        if await repository.get_bundle(session, problem) is None:
+            raise _field_error(("problem",), f"no uploaded bundle {problem!r}", "unknown_bundle")
+        return
+    if problem not in problem_names():  # a name check; building a problem can take seconds
+        known = ", ".join(problem_names())
+        message = f"unknown problem {problem!r}; known problems: {known}"
+        raise _field_error(("problem",), message, "unknown_problem")
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, responses=_ERRORS)
+async def create_job(body: JobCreate, session: SessionDep, principal: PrincipalDep) -> JobPublic:
+    """Queue a job of a built-in problem (or of an uploaded ``bundle:<sha256>``)."""
+    config = run_config(body.problem, body.config)
+    await _check_problem(session, body.problem, principal)
+    job = await repository.create_job(session, config, owner=principal.owner)
+    return JobPublic.of(job)
+
+
+@router.post(
+    "/bundle",
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        **_ERRORS,
+        403: {"description": "the token may not upload"},
+        413: {"description": "bundle too large"},
+    },
+)
+async def create_bundle_job(
+    request: Request, body: BundleJobCreate, session: SessionDep, principal: UploaderDep
+) -> BundleJobPublic:
+    """Upload a problem bundle (OpenEvolve layout, files as base64) and queue a job on it.
+
+    The job's config is the bundle's ``config.yaml`` (``max_iterations``, ``random_seed``...)
+    with the request's ``config`` keys on top; keys that do not carry over are listed in
+    ``warnings``."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, detail="request body too large")
+    try:
+        bundle = load_bundle(body.files)
+    except BundleRejected as rejected:
+        if rejected.too_large:
+            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, detail=str(rejected)) from None
+        raise RequestValidationError(
+            [
+                {"loc": ("body", "files", p.path), "msg": p.message, "type": "bad_bundle"}
+                for p in rejected.problems
+            ]
+        ) from None
+    try:  # config.yaml mapped onto the run config, the request's keys on top
+        config, warnings = run_config_for(bundle, body.config.run_config_fields())
+    except BundleError as error:
+        raise _field_error(("config",), str(error), "bad_config") from None
+    await repository.store_bundle(
+        session, identity=bundle.id, owner=principal.owner, files=bundle.files
+    )
+    job = await repository.create_job(session, config, owner=principal.owner)
+    return BundleJobPublic(**JobPublic.of(job).model_dump(), warnings=list(warnings))
+
+
+@router.get("", responses={401: _ERRORS[401]})
+async def list_jobs(
+    session: SessionDep,
+    principal: PrincipalDep,
+    state: Annotated[JobState | None, Query(description="only jobs in this state")] = None,
+) -> JobList:
+    """Your jobs (every job for the admin), newest first."""
+    jobs = await repository.list_jobs(session, owner=_owner(principal))
+    return JobList(jobs=[JobPublic.of(j) for j in jobs if state is None or j.state is state])
+
+
+@router.get("/{job_id}", responses=_ERRORS)
+async def get_job(job_id: JobIdPath, session: SessionDep, principal: PrincipalDep) -> JobDetail:
+    job = await visible_job(session, job_id, owner=_owner(principal))
+    return await job_detail(session, job)
+
+
+# A control action is allowed from these states; anything else is a 409.
+_TRANSITIONS: dict[str, tuple[frozenset[JobState], JobState]] = {
+    "pause": (frozenset({JobState.QUEUED, JobState.RUNNING}), JobState.PAUSED),
+    "resume": (frozenset({JobState.PAUSED}), JobState.QUEUED),
+    "cancel": (
+        frozenset({JobState.QUEUED, JobState.RUNNING, JobState.PAUSED}),
+        JobState.CANCELLED,
+    ),
+}
+
+
+async def _control(session: SessionDep, principal: Principal, job_id: str, action: str) -> Job:
+    job = await visible_job(session, job_id, owner=_owner(principal))
+    allowed, target = _TRANSITIONS[action]
+    if job.state not in allowed:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, detail=f"cannot {action} a job that is {job.state.value}"
+        )
+    await repository.set_job_state(session, job.id, target, error=job.error)
+    updated = await repository.get_job(session, job.id)
+    assert updated is not None  # the update above found it
+    return updated
+
+
+_CONTROL_ERRORS = {**_ERRORS, 409: {"description": "not allowed in the job's state"}}
+
+
+@router.post("/{job_id}/pause", responses=_CONTROL_ERRORS)
+async def pause_job(job_id: JobIdPath, session: SessionDep, principal: PrincipalDep) -> JobPublic:
+    """Pause a queued or running job; its controller stops at the next check (~2 s)."""
+    return JobPublic.of(await _control(session, principal, job_id, "pause"))
+
+
+@router.post("/{job_id}/resume", responses=_CONTROL_ERRORS)
+async def resume_job(job_id: JobIdPath, session: SessionDep, principal: PrincipalDep) -> JobPublic:
+    """Queue a paused job again; it resumes where it stopped."""
+    return JobPublic.of(await _control(session, principal, job_id, "resume"))
+
+
+@router.post("/{job_id}/cancel", responses=_CONTROL_ERRORS)
+async def cancel_job(job_id: JobIdPath, session: SessionDep, principal: PrincipalDep) -> JobPublic:
+    """Cancel a job for good."""
+    return JobPublic.of(await _control(session, principal, job_id, "cancel"))
+
+
+@router.get("/{job_id}/programs", responses=_ERRORS)
+async def list_job_programs(
+    job_id: JobIdPath,
+    session: SessionDep,
+    principal: PrincipalDep,
+    island: Annotated[int | None, Query(ge=0, le=255)] = None,
+    program_status: Annotated[ProgramStatus | None, Query(alias="status")] = None,
+    sort: Annotated[ProgramOrder, Query(description="score (best first), index, newest")] = "score",
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+) -> ProgramPage:
+    """A page of the job's programs, filtered by island and status."""
+    await visible_job(session, job_id, owner=_owner(principal))
+    programs = await repository.list_programs(
+        session,
+        job_id,
+        status=program_status,
+        island=island,
+        limit=limit,
+        offset=offset,
+        order=sort,
+    )
+    return ProgramPage(
+        programs=[ProgramSummary.of(p) for p in programs], limit=limit, offset=offset
+    )
+
+
+@router.get("/{job_id}/best", responses=_ERRORS)
+async def best_programs(
+    job_id: JobIdPath,
+    session: SessionDep,
+    principal: PrincipalDep,
+    limit: Annotated[int, Query(ge=1, le=100)] = 10,
+) -> list[ProgramSummary]:
+    """The job's best evaluated programs, best first."""
+    await visible_job(session, job_id, owner=_owner(principal))
+    return await top_programs(session, job_id, limit)

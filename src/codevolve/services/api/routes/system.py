@@ -1,0 +1,78 @@
+"""Health, Prometheus metrics and the worker fleet."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Request, status
+from fastapi.responses import PlainTextResponse
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
+import codevolve
+from codevolve.problems.registry import problem_names
+from codevolve.program_db import repository
+from codevolve.services.api.auth import PrincipalDep
+from codevolve.services.api.deps import SessionDep, WorkerStatus, state_of
+from codevolve.services.api.schemas import Fleet, Health, WorkerPublic
+
+router = APIRouter(tags=["system"])
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@router.get("/api/v1/health", responses={503: {"description": "the database does not answer"}})
+async def health(session: SessionDep) -> Health:
+    """Up, and the database answers."""
+    try:
+        await session.execute(text("SELECT 1"))
+    except (DBAPIError, OSError) as error:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE, detail=f"database: {type(error).__name__}"
+        ) from error
+    return Health(
+        status="ok", database="ok", version=codevolve.__version__, problems=problem_names()
+    )
+
+
+async def read_fleet(request: Request) -> Fleet:
+    reader = state_of(request).fleet
+    if reader is None:
+        return Fleet(mode="embedded", workers=[])
+    return Fleet(mode="distributed", workers=[_worker(w) for w in await reader()])
+
+
+def _worker(worker: WorkerStatus) -> WorkerPublic:
+    return WorkerPublic(
+        name=worker.name,
+        capabilities=list(worker.capabilities),
+        last_seen=worker.last_seen,
+        busy=worker.busy,
+        concurrency=worker.concurrency,
+        host=worker.host,
+        gpu_model=worker.gpu_model,
+    )
+
+
+@router.get("/api/v1/workers", responses={401: {"description": "missing or invalid token"}})
+async def workers(request: Request, _principal: PrincipalDep) -> Fleet:
+    """The evaluation workers seen by their heartbeats (embedded mode: in-process, none listed)."""
+    return await read_fleet(request)
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+async def metrics(request: Request, session: SessionDep) -> PlainTextResponse:
+    """Prometheus text format: jobs per state, programs per status, workers."""
+    jobs = await repository.jobs_by_state(session)
+    programs = await repository.programs_by_status(session)
+    fleet = await read_fleet(request)
+    lines = [
+        "# HELP codevolve_jobs Jobs by state.",
+        "# TYPE codevolve_jobs gauge",
+        *(f'codevolve_jobs{{state="{state}"}} {n}' for state, n in sorted(jobs.items())),
+        "# HELP codevolve_programs Programs by status.",
+        "# TYPE codevolve_programs gauge",
+        *(f'codevolve_programs{{status="{s}"}} {n}' for s, n in sorted(programs.items())),
+        "# HELP codevolve_workers Workers with a live heartbeat.",
+        "# TYPE codevolve_workers gauge",
+        f"codevolve_workers {len(fleet.workers)}",
+        "",
+    ]
+    return PlainTextResponse("\n".join(lines), media_type=PROMETHEUS_TEXT)

@@ -1,0 +1,105 @@
+"""``codevolve token``: API tokens, managed from the server's machine.
+
+codevolve token create --owner NAME [--upload] [--db URL]   prints the token, once
+codevolve token list [--db URL]
+codevolve token revoke TOKEN_ID [--db URL]
+
+Only the token's sha256 is stored; a lost token is revoked and a new one created. The admin token
+itself is not stored: it is whatever ``CODEVOLVE_ADMIN_TOKEN`` says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from codevolve.core.errors import ConfigError
+
+T = TypeVar("T")
+OWNER_PATTERN = r"^[A-Za-z0-9_.@-]{1,200}$"  # the API's rule for owner names
+
+
+def register(sub: Any) -> None:
+    """Add ``token`` with its actions to the ``codevolve`` parser's subcommands."""
+    token = sub.add_parser("token", help="create, list or revoke API tokens")
+    actions = token.add_subparsers(dest="token_action", required=True)
+
+    create = actions.add_parser("create", help="create a token and print it (shown once)")
+    create.add_argument("--owner", required=True, help="who the token's jobs belong to")
+    create.add_argument(
+        "--upload", action="store_true", help="may upload problem bundles (runs their evaluators)"
+    )
+    _db_option(create)
+    create.set_defaults(handler=_cmd_create)
+
+    listing = actions.add_parser("list", help="list tokens (never the tokens themselves)")
+    _db_option(listing)
+    listing.set_defaults(handler=_cmd_list)
+
+    revoke = actions.add_parser("revoke", help="revoke a token by its id")
+    revoke.add_argument("token_id")
+    _db_option(revoke)
+    revoke.set_defaults(handler=_cmd_revoke)
+
+
+def _db_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", default=None, help="database URL (default: CODEVOLVE_DB)")
+
+
+def _in_transaction(url: str, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+    """Run ``work`` in one committed transaction on an upgraded database."""
+    from codevolve.program_db.engine import create_engine, session_factory, upgrade
+
+    async def go() -> T:
+        engine = create_engine(url)
+        try:
+            await upgrade(engine)
+            async with session_factory(engine).begin() as session:
+                return await work(session)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(go())
+
+
+def _cmd_create(args: argparse.Namespace) -> int:
+    from codevolve.program_db import repository
+
+    if not re.fullmatch(OWNER_PATTERN, args.owner):
+        raise ConfigError(f"--owner {args.owner!r}: letters, digits and _.@- only, 1-200 of them")
+
+    async def create(session: AsyncSession) -> str:
+        _token, secret = await repository.create_token(
+            session, owner=args.owner, can_upload=args.upload
+        )
+        return secret
+
+    print(_in_transaction(args.db, create))
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from codevolve.program_db import repository
+
+    for token in _in_transaction(args.db, repository.list_tokens):
+        state = "revoked" if token.revoked_at else "live"
+        upload = "upload" if token.can_upload else "-"
+        print(f"{token.id}  {token.owner:20}  {upload:6}  {state:7}  {token.created_at:%Y-%m-%d}")
+    return 0
+
+
+def _cmd_revoke(args: argparse.Namespace) -> int:
+    from codevolve.program_db import repository
+
+    async def revoke(session: AsyncSession) -> bool:
+        return await repository.revoke_token(session, args.token_id)
+
+    if not _in_transaction(args.db, revoke):
+        raise LookupError(f"no live token {args.token_id!r}")
+    print(f"revoked {args.token_id}")
+    return 0
