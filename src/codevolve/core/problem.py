@@ -56,6 +56,16 @@ class Candidate(Protocol):
         """Run ``entry(*a)`` for each ``a`` in ``args`` in one fresh sandboxed child."""
         ...
 
+    def call_harness(
+        self, harness: str, entry: str, args: Sequence[Sequence[JSONValue]]
+    ) -> SandboxReply:
+        """Like :meth:`call`, but load ``harness`` instead of the candidate, under the same limits.
+
+        For judges that must share the candidate's process (an OpenEvolve ``evaluator.py`` imports
+        the program it scores): the harness gets the source as data and runs it in the sandbox.
+        """
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Threshold:

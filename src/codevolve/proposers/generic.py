@@ -20,6 +20,7 @@ import numpy as np
 
 from codevolve.core.diff import Diff
 from codevolve.core.prompt import Prompt
+from codevolve.core.pysource import parse_python
 from codevolve.proposers.source_edit import Region, child_of, editable_regions, line_hunk, region_of
 
 MAX_SITES_TRIED = 16  # sites tried per proposal before giving up
@@ -65,6 +66,7 @@ class GenericMutation:
 
     kind: str
     find_edits: EditFinder
+    weight: float = 1.0  # relative chance of being tried first among the generic mutations
 
     def propose(self, prompt: Prompt, rng: np.random.Generator) -> str | None:
         parsed = parse_source(prompt.parent.source)
@@ -74,17 +76,25 @@ class GenericMutation:
 
 
 def generic_mutations() -> tuple[GenericMutation, ...]:
+    # Imported here: generic_extra builds on this module's helpers.
+    from codevolve.proposers import generic_extra as extra
+
     return (
         GenericMutation("constant", constant_edits),
         GenericMutation("comparison", comparison_edits),
         GenericMutation("swap_statements", swap_edits),
         GenericMutation("negate_condition", negate_edits),
+        # Small steps on floats make most of the progress on numeric programs.
+        GenericMutation("nudge_constant", extra.nudge_edits, weight=8.0),
+        GenericMutation("operator", extra.operator_edits),
+        GenericMutation("swap_call", extra.swap_call_edits),
+        GenericMutation("duplicate_line", extra.duplicate_edits),
     )
 
 
 def parse_source(source: str) -> ParsedSource | None:
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except (SyntaxError, ValueError):
         return None
     lines = source.split("\n")
@@ -148,7 +158,7 @@ def _new_number(value: int | float, rng: np.random.Generator) -> str | None:
 
 def _literal(text: str) -> object:
     try:
-        return ast.literal_eval(text)
+        return ast.literal_eval(parse_python(text, "eval"))
     except (ValueError, SyntaxError):
         return None
 

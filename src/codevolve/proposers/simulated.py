@@ -62,4 +62,14 @@ class SimulatedProposer:
         first, second = (
             (self._domain, self._generic) if use_domain else (self._generic, self._domain)
         )
-        return [pool[int(i)] for pool in (first, second) for i in rng.permutation(len(pool))]
+        return [pool[int(i)] for pool in (first, second) for i in _weighted_order(pool, rng)]
+
+
+def _weighted_order(pool: Sequence[Mutation], rng: np.random.Generator) -> list[int]:
+    """Indices of ``pool`` in random order, heavier mutations (a ``weight`` attribute, default
+    1) likelier to come first; equal weights draw a plain permutation."""
+    weights = np.array([float(getattr(m, "weight", 1.0)) for m in pool])
+    if len(pool) < 2 or np.all(weights == weights[0]):
+        return [int(i) for i in rng.permutation(len(pool))]
+    chosen = rng.choice(len(pool), size=len(pool), replace=False, p=weights / weights.sum())
+    return [int(i) for i in chosen]

@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from codevolve.core.problem import Problem
 from codevolve.core.prompt import ProposalStatus
 from codevolve.program_db import repository
+from codevolve.services.usage_views import job_usage
 
 HELDOUT_SCORE = "score"  # the held-out metric that mirrors a program's score on the held-out split
 
@@ -21,6 +22,9 @@ async def build_report(session: AsyncSession, job_id: str, problem: Problem) -> 
     counts = await repository.program_counts(session, job_id)
     proposals = await repository.proposal_counts(session, job_id)
     best = await repository.best_program(session, job_id)
+    # The seed program has proposal index -1, so it comes first in proposal order.
+    first = await repository.list_programs(session, job_id, limit=1, order="index")
+    initial = first[0] if first and first[0].parent_id is None else None
     report: dict[str, Any] = {
         "job_id": job_id,
         "problem": job.config.problem,
@@ -35,8 +39,12 @@ async def build_report(session: AsyncSession, job_id: str, problem: Problem) -> 
         "proposer_failed": proposals.get(ProposalStatus.PROPOSER_FAILED, 0),
         "duplicates": proposals.get(ProposalStatus.DUPLICATE, 0),
         "wall_s": round(job.wall_s, 3),
+        "initial_program_id": initial.id if initial else None,
+        "initial_score": initial.score if initial else None,
         "best_program_id": best.id if best else None,
         "best_score": best.score if best else None,
+        "max_cost_usd": job.config.proposer.max_cost_usd,
+        **await job_usage(session, job_id),  # tokens_in, tokens_out, cost_usd, by_proposer, ...
     }
     evolved_train = best.score if best else None
     evolved_test = best.heldout.get(HELDOUT_SCORE) if best else None

@@ -1,0 +1,155 @@
+"""config.yaml of a bundle mapped onto the job's config: mapped keys, legacy keys, warnings for
+every key that does not carry over, errors naming the key; and the fitness rule."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from codevolve.problems.openevolve import Bundle, BundleError, fitness, make_bundle, read_config
+from codevolve.services.bundles import run_config_for
+
+CONFIG = """\
+max_iterations: 250
+random_seed: 11
+max_code_length: 5000
+checkpoint_interval: 10
+mystery_top_level: true
+llm:
+  api_base: "http://localhost:9000/v1"
+  primary_model: "fast"
+  primary_model_weight: 0.8
+  secondary_model: "strong"
+  secondary_model_weight: 0.2
+  temperature: 0.7
+prompt:
+  system_message: "Make it faster."
+  num_top_programs: 4
+  num_diverse_programs: 2
+  fancy_prompt_option: 3
+database:
+  num_islands: 3
+  migration_interval: 25
+  migration_rate: 0.1
+  exploitation_ratio: 0.6
+  feature_dimensions: ["complexity", "diversity", "accuracy"]
+  feature_bins: {complexity: 5, accuracy: 4}
+evaluator:
+  timeout: 30
+  memory_limit_mb: 2048
+  cascade_evaluation: true
+  cascade_thresholds: [0.3, 0.6]
+  parallel_evaluations: 4
+"""
+EVALUATOR = b"def evaluate_stage1(p): ...\ndef evaluate_stage2(p): ...\n"
+
+
+def bundle(config: str) -> Bundle:
+    return make_bundle(
+        {
+            "initial_program.py": b"x = 1\n",
+            "evaluator.py": EVALUATOR,
+            "config.yaml": config.encode(),
+        }
+    )
+
+
+def test_mapped_keys_land_in_the_run_config() -> None:
+    config, _ = run_config_for(bundle(CONFIG), {})
+    assert config.problem.startswith("bundle:")
+    assert (config.max_proposals, config.seed, config.max_code_length) == (250, 11, 5000)
+    assert (config.top_inspirations, config.diverse_inspirations) == (4, 2)
+    assert (config.islands, config.migration_interval, config.exploit_ratio) == (3, 25, 0.6)
+    assert config.migrants == 2  # 10% of an island's 5 x 4 cells
+    assert (config.sandbox.wall_s, config.sandbox.cpu_s, config.sandbox.memory_mb) == (30, 30, 2048)
+
+
+def test_legacy_model_keys_become_the_ensemble() -> None:
+    config, warnings = run_config_for(bundle(CONFIG), {})
+    models = [(m.name, m.weight, m.base_url) for m in config.proposer.models]
+    assert models == [
+        ("fast", 0.8, "http://localhost:9000/v1"),
+        ("strong", 0.2, "http://localhost:9000/v1"),
+    ]
+    assert config.proposer.kind == "simulated"  # the models wait for --proposer llm
+    assert any(w.startswith("llm: models mapped") for w in warnings)
+
+
+def test_unknown_and_unused_keys_are_warned_never_dropped_silently() -> None:
+    warnings = read_config(CONFIG).warnings
+    assert "mystery_top_level: unknown key; ignored" in warnings
+    assert "prompt.fancy_prompt_option: unknown key; ignored" in warnings
+    for recognised in ("checkpoint_interval", "llm.temperature", "evaluator.parallel_evaluations"):
+        assert f"{recognised}: recognised but has no effect here; ignored" in warnings
+    assert any("'diversity' is not supported" in w for w in warnings)
+
+
+def test_problem_settings_shape_the_cascade_and_features() -> None:
+    settings = read_config(CONFIG)
+    assert settings.thresholds == (0.3, 0.6)
+    assert settings.system_message == "Make it faster."
+    specs = settings.features(initial_length=100)
+    assert [(s.name, s.bins) for s in specs] == [("complexity", 5), ("accuracy", 4)]
+    assert (specs[0].low, specs[1].low, specs[1].high) == (50.0, 0.0, 1.0)
+
+
+def test_command_line_options_override_the_config() -> None:
+    config, _ = run_config_for(
+        bundle(CONFIG),
+        {"max_proposals": 9, "sandbox": {"wall_s": 5.0}, "proposer": {"kind": "llm"}},
+    )
+    assert config.max_proposals == 9
+    assert (config.sandbox.wall_s, config.sandbox.cpu_s) == (5.0, 30.0)
+    assert config.proposer.kind == "llm" and len(config.proposer.models) == 2
+
+
+def test_an_empty_or_missing_config_gives_the_defaults() -> None:
+    settings = read_config("")
+    assert settings.run_fields == {} and settings.warnings == ()
+    assert [s.name for s in settings.features(initial_length=10)] == ["complexity"]
+
+
+@pytest.mark.parametrize(
+    ("text", "at_fault"),
+    [
+        ("max_iterations: many\n", "max_iterations must be a number"),
+        ("max_iterations: 2.5\n", "max_iterations must be a whole number"),
+        ("- a list\n", "the top level must be a mapping"),
+        ("evaluator: [1]\n", "evaluator must be a mapping"),
+        ("evaluator:\n  cascade_thresholds: 0.5\n", "evaluator.cascade_thresholds must be"),
+        ("llm:\n  models: [{weight: 1}]\n", r"llm.models\[0\] needs a name"),
+        ("key: [unclosed\n", "not valid YAML"),
+    ],
+)
+def test_malformed_configs_name_the_key(text: str, at_fault: str) -> None:
+    with pytest.raises(BundleError, match=f"^config.yaml: {at_fault}"):
+        read_config(text)
+
+
+def test_a_value_the_run_config_refuses_names_the_config_key() -> None:
+    with pytest.raises(BundleError, match="max_iterations: Input should be greater than"):
+        run_config_for(bundle("max_iterations: 0\n"), {})
+    with pytest.raises(BundleError, match=r"evaluator\.timeout"):
+        run_config_for(bundle("evaluator:\n  timeout: -1\n"), {})
+
+
+def test_fitness_is_combined_score_when_present() -> None:
+    assert fitness({"combined_score": 0.25, "accuracy": 1.0}) == 0.25
+
+
+def test_fitness_is_else_the_mean_of_plain_numeric_metrics() -> None:
+    metrics = {
+        "a": 1.0,
+        "b": 3.0,
+        "passed": True,  # booleans are left out
+        "bad": math.nan,  # so is NaN
+        "error": "text metric",  # and text
+        "accuracy": 100.0,  # and feature dimensions
+    }
+    assert fitness(metrics, features=("accuracy",)) == 2.0
+
+
+def test_fitness_of_a_nan_combined_score_falls_back_and_of_nothing_is_none() -> None:
+    assert fitness({"combined_score": math.nan, "a": 4.0}) == 4.0
+    assert fitness({"error": "boom", "ok": False}) is None
