@@ -14,8 +14,22 @@ def _gemm_tiling() -> Problem:
     return GemmTilingProblem()
 
 
+def _gemm_tiling_gpu() -> Problem:
+    from codevolve.problems.gemm_tiling_gpu.problem import GemmTilingGpuProblem
+
+    return GemmTilingGpuProblem()
+
+
+def _matmul_tensor() -> Problem:
+    from codevolve.problems.matmul_tensor.problem import MatmulTensorProblem
+
+    return MatmulTensorProblem()
+
+
 _FACTORIES: dict[str, Callable[[], Problem]] = {
     "gemm-tiling": _gemm_tiling,
+    "matmul-tensor": _matmul_tensor,
+    "gemm-tiling-gpu": _gemm_tiling_gpu,
 }
 
 

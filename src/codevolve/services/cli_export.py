@@ -1,0 +1,124 @@
+"""``codevolve export JOB [--json] [--out FILE]``: the best verified decompositions of a
+matmul-tensor job.
+
+For every size, the lowest-rank decomposition any program of the job produced (the factors the
+stages stored after exact verification), verified again here, written as U, V, W (integers or
+exact fractions, [re, im] pairs if complex) with the readable algorithm: its R products and how
+C is formed from them. Each algorithm is also run on random matrices and compared with A @ B.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from codevolve.core.errors import CodevolveError
+
+ARTIFACT_PREFIX = "factors_"
+PAGE = 200  # programs read per query
+CHECK_SEED = 0
+CHECK_TRIALS = 3
+CHECK_LIMIT = 1e-8  # |C - A @ B| above this on random Gaussian matrices means a wrong algorithm
+
+
+def register(sub: Any) -> None:
+    """Add ``export`` to the ``codevolve`` parser's subcommands."""
+    export = sub.add_parser("export", help="best verified matmul decompositions of a job")
+    export.add_argument("job")
+    export.add_argument("--json", action="store_true", help="print JSON (default: text)")
+    export.add_argument("--out", type=Path, help="write the JSON here instead of printing it")
+    export.add_argument(
+        "--db", default=None, help="database URL or SQLite file (default: ./codevolve.sqlite)"
+    )
+    export.set_defaults(handler=_cmd_export)
+
+
+async def collect(session: Any, job_id: str) -> dict[str, Any]:
+    """The export document of one job: ``{"job", "problem", "sizes": {key: entry}}``."""
+    from codevolve.problems.matmul_tensor.algorithm import (
+        Decomposition,
+        check_on_random,
+        is_exact,
+        readable,
+    )
+    from codevolve.program_db import repository
+
+    job = await repository.get_job(session, job_id)
+    if job is None:
+        raise LookupError(f"no job {job_id!r} in this database")
+    best: dict[str, tuple[Decomposition, str]] = {}
+    offset = 0
+    while True:
+        page = await repository.list_programs(
+            session, job_id, order="index", limit=PAGE, offset=offset
+        )
+        for program in page:
+            for name, text in program.artifacts.items():
+                if not name.startswith(ARTIFACT_PREFIX):
+                    continue
+                decomposition = Decomposition.from_json(text)
+                key = name[len(ARTIFACT_PREFIX) :]
+                held = best.get(key)
+                if held is None or decomposition.rank < held[0].rank:
+                    best[key] = (decomposition, program.id)
+        if len(page) < PAGE:
+            break
+        offset += PAGE
+    rng = np.random.default_rng(CHECK_SEED)
+    sizes: dict[str, Any] = {}
+    for key in sorted(best, key=lambda k: best[k][0].size):
+        decomposition, program_id = best[key]
+        if not is_exact(decomposition):  # never trust stored data blindly
+            raise CodevolveError(f"stored factors for {key} of program {program_id} are not exact")
+        error = check_on_random(decomposition, rng, trials=CHECK_TRIALS)
+        if error > CHECK_LIMIT:
+            raise CodevolveError(f"the {key} algorithm of program {program_id} is off by {error}")
+        sizes[key] = {
+            **decomposition.to_json(),
+            "naive_rank": decomposition.size.naive_rank,
+            "program_id": program_id,
+            "algorithm": readable(decomposition),
+            "random_check": {"trials": CHECK_TRIALS, "max_abs_error": error},
+        }
+    return {"job": job_id, "problem": job.config.problem, "sizes": sizes}
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from codevolve.program_db.engine import create_engine, session_factory, upgrade
+
+    async def go() -> dict[str, Any]:
+        engine = create_engine(args.db)
+        try:
+            await upgrade(engine)
+            async with session_factory(engine)() as session:
+                return await collect(session, args.job)
+        finally:
+            await engine.dispose()
+
+    document = asyncio.run(go())
+    text = json.dumps(document, indent=2)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    elif args.json:
+        print(text)
+    else:
+        print(_as_text(document))
+    return 0
+
+
+def _as_text(document: dict[str, Any]) -> str:
+    lines = [f"job {document['job']} ({document['problem']})"]
+    if not document["sizes"]:
+        lines.append("no verified decomposition yet")
+    for key, entry in document["sizes"].items():
+        lines.append(
+            f"\n<{key.replace('x', ',')}>: rank {entry['rank']} (naive {entry['naive_rank']})"
+        )
+        lines.extend(f"  {line}" for line in entry["algorithm"]["products"])
+        lines.extend(f"  {line}" for line in entry["algorithm"]["outputs"])
+    return "\n".join(lines)
