@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from codevolve.core.diff import ApplyFailure, ApplyFailureKind, Hunk
+from codevolve.core.pysource import parse_python
 from codevolve.prompt_sampler.errors import PromptSamplerError
 
 _SEARCH_LINE = re.compile(r"^\s*<{5,9}\s*SEARCH\s*$", re.IGNORECASE)
@@ -188,7 +189,7 @@ def _trimmed(code: str) -> str:
 def is_program(code: str) -> bool:
     """Whether ``code`` parses and does something: a lone expression (a word of prose) does not."""
     try:
-        module = ast.parse(code)
+        module = parse_python(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False
     return any(not isinstance(statement, ast.Expr) for statement in module.body)

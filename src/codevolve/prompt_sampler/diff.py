@@ -16,10 +16,10 @@ answer may hold only the evolved function). The child's fixed code is always the
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 
 from codevolve.core.diff import Applied, ApplyFailure, ApplyFailureKind, ApplyOutcome, Diff, Hunk
+from codevolve.core.pysource import parse_python
 from codevolve.prompt_sampler.answer import ParsedAnswer, parse_answer
 from codevolve.prompt_sampler.regions import (
     Layout,
@@ -69,7 +69,7 @@ def _judge(parent: str, child: str, *, max_code_length: int) -> ApplyFailure | N
     if child == parent:
         return ApplyFailure(ApplyFailureKind.NO_CHANGE, "the child is identical to the parent")
     try:
-        ast.parse(child)
+        parse_python(child)
     except SyntaxError as error:
         where = f"line {error.lineno}: " if error.lineno is not None else ""
         return ApplyFailure(ApplyFailureKind.SYNTAX_ERROR, f"{where}{error.msg}")
