@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -361,3 +362,47 @@ def test_textbook_configs_are_launchable_and_fit_the_shape() -> None:
         padded_m = max(16, 1 << (shape[0] - 1).bit_length())
         assert all(c.block_m <= padded_m for c in configs)
         assert all(c.group_m == 1 for c in configs if shape[0] <= c.block_m)
+
+
+def test_tests_of_the_output_size_are_read_and_evaluated() -> None:
+    source = INITIAL.replace(
+        "    if M <= 32:",
+        "    if M * N > 65536 and M * N <= 262144:\n"
+        "        return GemmConfig(64, 64, 64, 4, 3, 1)\n"
+        "    if M <= 32:",
+    )
+    program = read_program(source)
+    assert program is not None and len(program.rules) == 3
+    assert program.config_for((16, 6144, 4096))[0] == 0  # 98304: inside the range
+    assert program.config_for((64, 4096, 4096))[0] == 0  # 262144: the upper bound is included
+    assert program.config_for((16, 4096, 4096))[0] == 1  # 65536: the lower bound is excluded
+
+
+def test_new_rules_test_ranges_of_the_output_size_that_hold_for_their_shape() -> None:
+    result, best = case((512, 1280, 8192), 30.0, 10.0)
+    prompt = make_prompt(cases=(result,), best={best.key: best})
+    sizes = 0
+    for seed in SEEDS:
+        answer = mutation("directed").propose(prompt, np.random.default_rng(seed))
+        assert answer is not None
+        child = read_program(apply(INITIAL, answer))
+        assert child is not None
+        index, _ = child.config_for((512, 1280, 8192))
+        if index < len(child.rules) and "M * N" in ast.unparse(child.rules[index].test):
+            sizes += 1
+    assert sizes > 0.5 * len(SEEDS)
+
+
+def test_threshold_moves_an_output_size_bound_by_one_octave() -> None:
+    source = INITIAL.replace(
+        "    if M <= 32:",
+        "    if M * N <= 262144:\n        return GemmConfig(64, 64, 64, 4, 3, 1)\n    if M <= 32:",
+    )
+    seen = set()
+    for seed in SEEDS:
+        answer = mutation("threshold").propose(make_prompt(source), np.random.default_rng(seed))
+        assert answer is not None
+        replaced = answer.split("=======\n")[1].split("\n")[0].strip()
+        if replaced.startswith("if M * N"):
+            seen.add(replaced)
+    assert seen == {"if M * N <= 131072:", "if M * N <= 524288:"}

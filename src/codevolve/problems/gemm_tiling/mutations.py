@@ -33,6 +33,7 @@ from numpy.random import Generator
 from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Diff, Hunk, unique_line_hunk
 from codevolve.core.problem import Mutation
 from codevolve.core.prompt import BestCase, Prompt
+from codevolve.core.pysource import parse_python
 from codevolve.problems.gemm_tiling.initial_program import GemmConfig
 
 FIELD_VALUES: dict[str, tuple[int, ...]] = {
@@ -44,6 +45,11 @@ FIELD_VALUES: dict[str, tuple[int, ...]] = {
     "group_m": (1, 4, 8),
 }
 M_THRESHOLDS = tuple(2**i for i in range(14))  # 1 .. 8192
+# Thresholds of the output size M * N (elements of y): it decides how many tiles there are and so
+# how the waves fill the SMs, which carries over from one projection to another where a test of N
+# alone does not.
+MN_THRESHOLDS = tuple(2**i for i in range(10, 29))  # 1024 .. 2**28
+OUTPUT_SIZE = "M * N"
 NK_THRESHOLDS = (1024, 1280, 3584, 4096, 6144, 7168, 8192, 14336, 28672)
 SHAPE_M = (1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)  # the benchmark's M values
 SHAPE_NK = (  # (N, K) of the Llama-3.1-8B and 70B/TP8 projections
@@ -56,8 +62,11 @@ ATTEMPTS = 8  # random draws per proposal before a mutation gives up
 GAP_TOLERANCE = 1e-6  # relative; a smaller gap to the best cost is noise, not a target
 BEST_SHARE = 0.5  # how often the directed mutation copies the best config seen for its shape
 FIT_SHARE = 0.3  # otherwise, how often it fits the current tile to M instead of a coherent move
-EXACT_SHARE = 0.05  # how often a directed rule targets exactly one shape (it cannot generalise)
+EXACT_SHARE = 0.0  # how often a directed rule targets exactly one shape (it cannot generalise)
 TEXTBOOK_SHARE = 0.25  # or tries a config of a published list, scaled to the shape
+OUTPUT_SIZE_SHARE = 1.0  # how often a new rule's test is a range of M * N instead of M
+# Weights of what narrows a directed rule's M range: nothing, N ==, K ==, N >=, N <=, N and K ==.
+DIRECTED_NK_WEIGHTS = (20, 1, 1, 1, 1, 0)
 # (block_m, block_n, block_k, num_stages, num_warps): the Triton matmul tutorial's autotune list
 # (triton-lang/triton python/tutorials/03-matrix-multiplication.py) and PyTorch inductor's mm
 # configs (torch/_inductor/template_heuristics), public data recorded in the research notes.
@@ -162,7 +171,7 @@ class RuleProgram:
 def read_program(source: str) -> RuleProgram | None:
     """The parent as rules, or None when it has no ``choose_config`` of rules in an EVOLVE block."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except (SyntaxError, ValueError):
         return None
     lines = source.split("\n")
@@ -231,8 +240,15 @@ def understood(test: ast.expr) -> bool:
         return understood(test.operand)
     if isinstance(test, ast.Compare):
         operands = (test.left, *test.comparators)
-        return all(_is_dim(o) or _int(o) is not None for o in operands)
+        return all(_is_dim(o) or _is_product(o) or _int(o) is not None for o in operands)
     return False
+
+
+def _is_product(node: ast.expr) -> TypeGuard[ast.BinOp]:
+    """A product of dimensions, such as ``M * N``."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
+        return False
+    return all(_is_dim(side) or _is_product(side) for side in (node.left, node.right))
 
 
 def holds(test: ast.expr, shape: Shape) -> bool:
@@ -252,6 +268,9 @@ def holds(test: ast.expr, shape: Shape) -> bool:
 
 
 def _operand(node: ast.expr, shape: Shape) -> int | None:
+    if _is_product(node):
+        left, right = _operand(node.left, shape), _operand(node.right, shape)
+        return None if left is None or right is None else left * right
     return shape["MNK".index(node.id)] if _is_dim(node) else _int(node)
 
 
@@ -275,7 +294,7 @@ def _evolve_block(lines: list[str]) -> tuple[int, int] | None:
 
 def _parses(source: str) -> bool:
     try:
-        ast.parse(source)
+        parse_python(source)
     except (SyntaxError, ValueError):
         return False
     return True
@@ -405,7 +424,7 @@ def threshold_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> Line
     if not sites:
         return None
     node, value, dim = sites[int(rng.integers(len(sites)))]
-    ladder = M_THRESHOLDS if dim == "M" else NK_THRESHOLDS
+    ladder = {"M": M_THRESHOLDS, OUTPUT_SIZE: MN_THRESHOLDS}.get(dim, NK_THRESHOLDS)
     above = min((v for v in ladder if v > value), default=None)
     options = [v for v in (_below(value, ladder), above) if v is not None]
     if not options or node.end_col_offset is None or node.end_lineno != node.lineno:
@@ -417,15 +436,16 @@ def threshold_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> Line
 
 
 def _thresholds(test: ast.expr) -> list[tuple[ast.expr, int, str]]:
-    """Each int literal compared with M, N or K: the node, its value and the dimension."""
+    """Each int literal compared with M, N, K or a product of them: the node, its value and what
+    it is compared with (``"M"``, ``"N"``, ``"K"`` or the product's text)."""
     sites = []
     for node in ast.walk(test):
         operands = [node.left, *node.comparators] if isinstance(node, ast.Compare) else []
         for a, b in itertools.pairwise(operands):
             for name, literal in ((a, b), (b, a)):
                 value = _int(literal)
-                if _is_dim(name) and value is not None:
-                    sites.append((literal, value, name.id))
+                if value is not None and (_is_dim(name) or _is_product(name)):
+                    sites.append((literal, value, ast.unparse(name)))
     return sites
 
 
@@ -433,7 +453,7 @@ def add_rule_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineE
     """A new rule on an M range (sometimes also N or K) with a neighbour's config, changed."""
     index = int(rng.integers(len(program.rules) + 1))
     text = _random_test(rng)
-    if not _alive(program, index, ast.parse(text, mode="eval").body):
+    if not _alive(program, index, parse_python(text, "eval").body):
         return None
     around = program.all_rules[max(index - 1, 0) : index + 1]
     if not around:
@@ -443,6 +463,11 @@ def add_rule_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineE
 
 
 def _random_test(rng: Generator) -> str:
+    if rng.random() < OUTPUT_SIZE_SHARE:
+        top = int(rng.integers(1, len(MN_THRESHOLDS)))
+        return _output_size_test(
+            MN_THRESHOLDS[top - int(rng.integers(1, min(3, top) + 1))], MN_THRESHOLDS[top], rng
+        )
     top = int(rng.integers(1, len(SHAPE_M)))
     high, low = SHAPE_M[top], SHAPE_M[top - int(rng.integers(1, min(3, top) + 1))]
     form = _choice(("le", "range", "gt"), (2, 3, 1), rng)
@@ -503,7 +528,7 @@ def directed_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineE
 
 
 def _key_of(test: str) -> str:
-    return ast.dump(ast.parse(test, mode="eval").body)
+    return ast.dump(parse_python(test, "eval").body)
 
 
 def _target_case(prompt: Prompt, rng: Generator) -> tuple[Shape, BestCase] | None:
@@ -585,6 +610,13 @@ def _directed_test(shape: Shape, rng: Generator) -> str:
     m, n, k = shape
     if rng.random() < EXACT_SHARE:
         return f"M == {m} and N == {n} and K == {k}"
+    if rng.random() < OUTPUT_SIZE_SHARE:
+        # An octave range of M * N around the shape's, one to three octaves wide.
+        size = m * n
+        at = max(i for i, v in enumerate(MN_THRESHOLDS) if v < size) if size > 1024 else 0
+        low = MN_THRESHOLDS[max(0, at - int(rng.integers(0, 2)))]
+        high = MN_THRESHOLDS[min(len(MN_THRESHOLDS) - 1, at + 1 + int(rng.integers(0, 2)))]
+        return _output_size_test(low, high, rng) if low < size <= high else f"M * N <= {high}"
     at = min(range(len(SHAPE_M)), key=lambda i: abs(SHAPE_M[i] - m))
     high = SHAPE_M[min(len(SHAPE_M) - 1, at + int(rng.integers(0, 3)))]
     below = at - 1 - int(rng.integers(0, 3))
@@ -592,8 +624,18 @@ def _directed_test(shape: Shape, rng: Generator) -> str:
     form = _choice(("le", "range", "gt"), (2, 4 if low is not None else 0, 1 if low else 0), rng)
     m_part = {"le": f"M <= {high}", "range": f"M > {low} and M <= {high}", "gt": f"M > {low}"}[form]
     parts = ("", f"N == {n}", f"K == {k}", f"N >= {n}", f"N <= {n}", f"N == {n} and K == {k}")
-    nk_part = _choice(parts, (5, 2, 1, 1, 1, 1), rng)
+    nk_part = _choice(parts, DIRECTED_NK_WEIGHTS, rng)
     return f"{m_part} and {nk_part}" if nk_part else m_part
+
+
+def _output_size_test(low: int, high: int, rng: Generator) -> str:
+    """A test of the output size: at most ``high``, above ``low``, or between the two."""
+    form = _choice(("le", "range", "gt"), (1, 4, 1), rng)
+    return {
+        "le": f"M * N <= {high}",
+        "range": f"M * N > {low} and M * N <= {high}",
+        "gt": f"M * N > {low}",
+    }[form]
 
 
 def parse_shape(key: str) -> Shape | None:
@@ -609,7 +651,7 @@ def parse_config(detail: str) -> GemmConfig | None:
     if found is None:
         return None
     try:
-        call = ast.parse(found.group(0), mode="eval").body
+        call = parse_python(found.group(0), "eval").body
     except SyntaxError:
         return None
     return read_config(call) if isinstance(call, ast.Call) else None
