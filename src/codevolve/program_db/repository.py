@@ -10,12 +10,15 @@ Contract, for every function here:
   :class:`~codevolve.program_db.errors.ProgramDbError`, except the database driver's own.
 
 The functions live in ``jobs`` (jobs, proposal log), ``programs`` (programs and their guarded
-transition) and ``elites`` (islands, cells, sampling, migration, resets, best cases).
+transition), ``elites`` (islands, cells, sampling, migration, resets, best cases), ``tokens`` (API
+tokens, stored hashed), ``bundles`` (uploaded problem bundles) and ``stats`` (dashboard and metrics
+aggregates).
 """
 
 from __future__ import annotations
 
 from codevolve.program_db.archive import AddOutcome, EliteRef
+from codevolve.program_db.bundles import Bundle, bundle_problem, get_bundle, store_bundle
 from codevolve.program_db.elites import (
     Sample,
     add_elite,
@@ -53,39 +56,77 @@ from codevolve.program_db.programs import (
     program_counts,
     score_history,
 )
+from codevolve.program_db.stats import (
+    island_score_history,
+    jobs_by_state,
+    lineage,
+    programs_by_status,
+)
+from codevolve.program_db.tokens import (
+    ApiToken,
+    create_token,
+    find_token,
+    list_tokens,
+    revoke_token,
+)
+from codevolve.program_db.usage import (
+    ProposalRecord,
+    UsageRow,
+    job_cost,
+    proposal_of_program,
+    proposal_usage,
+)
 
 __all__ = [
     "AddOutcome",
+    "ApiToken",
+    "Bundle",
     "EliteRef",
     "ProgramOrder",
+    "ProposalRecord",
     "Sample",
+    "UsageRow",
     "add_elite",
     "add_job_wall",
     "apply_evaluation",
     "best_cases",
     "best_program",
+    "bundle_problem",
     "create_job",
+    "create_token",
     "find_program_by_hash",
+    "find_token",
+    "get_bundle",
     "get_job",
     "get_program",
     "get_programs",
     "insert_program",
     "island_elites",
     "island_epochs",
+    "island_score_history",
+    "job_cost",
+    "jobs_by_state",
+    "lineage",
     "list_jobs",
     "list_programs",
+    "list_tokens",
     "mark_enqueued",
     "mark_failed",
     "migrate",
     "pending_programs",
     "program_counts",
+    "programs_by_status",
     "proposal_counts",
+    "proposal_of_program",
     "proposal_stats",
+    "proposal_usage",
     "record_proposal",
     "reset_islands",
+    "revoke_token",
     "sample",
     "score_history",
     "set_job_state",
+    "store_bundle",
     "update_job_best",
     "upsert_best_cases",
 ]

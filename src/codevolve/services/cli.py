@@ -24,6 +24,7 @@ from rich.table import Table
 from codevolve.core.config import RunConfig
 from codevolve.core.errors import CodevolveError
 from codevolve.core.job import Job
+from codevolve.services import bundles, cli_dist, cli_export, cli_llm, cli_token
 from codevolve.services import controller as controller_module
 from codevolve.services.settings import Settings, normalise_db_url
 
@@ -60,15 +61,20 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="evolve a problem here (embedded workers)")
     run.add_argument("problem", nargs="?", help="problem name, e.g. gemm-tiling")
-    run.add_argument("--proposals", type=int, default=1000, help="proposal budget")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--proposals", type=int, default=None, help="proposal budget (1000)")
+    run.add_argument("--seed", type=int, default=None, help="(0)")
     run.add_argument("--islands", type=int, default=None)
     run.add_argument("--max-wall-s", type=float, default=None, help="wall-clock budget, seconds")
     run.add_argument("--in-flight", type=int, default=None, help="proposals in flight at once")
     run.add_argument("--workers", type=int, default=2, help="in-process evaluation workers")
+    run.add_argument(
+        "--gpus", default=None, help="GPU stages: all, none or ids (default: one GPU if needed)"
+    )
     run.add_argument("--resume", metavar="JOB", help="continue a job that was interrupted")
     run.add_argument("--report", type=Path, help="write the JSON report here")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    cli_llm.add_run_arguments(run)
+    bundles.add_run_arguments(run)
     _db_option(run)
     run.set_defaults(handler=_cmd_run)
 
@@ -87,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print a program's metrics")
     show.add_argument("program")
     show.add_argument("--json", action="store_true")
+    cli_llm.add_show_arguments(show)
     _db_option(show)
     show.set_defaults(handler=_cmd_show)
 
@@ -100,6 +107,10 @@ def _parser() -> argparse.ArgumentParser:
     db.add_argument("action", choices=["upgrade"])
     _db_option(db)
     db.set_defaults(handler=_cmd_db)
+
+    cli_dist.register(sub)
+    cli_token.register(sub)
+    cli_export.register(sub)
     return parser
 
 
@@ -116,13 +127,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from codevolve.services.runtime import run_embedded
 
     config = None
-    if args.resume is None:
+    console = Console(stderr=True)
+    if args.resume is None and args.problem_dir is not None:
+        config, warnings = bundles.run_config_from_args(args)
+        for warning in warnings:
+            console.print(f"[yellow]warning:[/yellow] config: {warning}")
+    elif args.resume is None:
+        if args.config is not None:
+            raise CodevolveError("run: --config goes with --problem-dir")
         if not args.problem:
-            raise CodevolveError("run: name a problem (e.g. gemm-tiling) or --resume JOB")
+            raise CodevolveError(
+                "run: name a problem (e.g. gemm-tiling), --problem-dir PATH or --resume JOB"
+            )
         overrides: dict[str, Any] = {
             "problem": args.problem,
-            "seed": args.seed,
-            "max_proposals": args.proposals,
+            "seed": 0 if args.seed is None else args.seed,
+            "max_proposals": 1000 if args.proposals is None else args.proposals,
         }
         if args.islands is not None:
             overrides["islands"] = args.islands
@@ -130,8 +150,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             overrides["max_wall_s"] = args.max_wall_s
         if args.in_flight is not None:
             overrides["max_in_flight"] = args.in_flight
+        if (proposer := cli_llm.proposer_overrides(args)) is not None:
+            overrides["proposer"] = proposer
         config = RunConfig.model_validate(overrides)
-    console = Console(stderr=True)
     bar = _ProgressBar(console, enabled=not args.quiet and console.is_terminal)
     with bar:
         result = asyncio.run(
@@ -140,6 +161,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 config=config,
                 resume=args.resume,
                 workers=args.workers,
+                gpus=args.gpus,
                 on_start=bar.start,
                 on_progress=bar.update,
             )
@@ -206,8 +228,16 @@ def _print_summary(console: Console, report: dict[str, Any]) -> None:
         f"{report['failed']} failed, {report['apply_failed']} did not apply, "
         f"{report['duplicates']} duplicates, {report['wall_s']:.1f} s"
     )
+    cli_llm.print_usage(console, report)
     train, test = report["train"], report["test"]
     columns = [name for name in train if name != "evolved_over_oracle"]
+    if columns == ["evolved"]:  # no baselines (a bundle): the score is the evaluator's own
+        console.print(
+            f"score: initial {_fmt(report.get('initial_score'))}, "
+            f"best {_fmt(report.get('best_score'))}"
+        )
+        console.print(f"best program: {report['best_program_id']}")
+        return
     table = Table(title="geomean speedup over the initial program (higher is better)")
     table.add_column("split")
     for name in columns:
@@ -266,13 +296,17 @@ def _cmd_show(args: argparse.Namespace) -> int:
             program = await repository.get_program(session, args.program)
             if program is None:
                 raise LookupError(f"no program {args.program!r} in {args.db}")
-            return program_summary(program)
+            from codevolve.services.usage_views import program_proposal
+
+            proposal = await program_proposal(session, program)
+            return {**program_summary(program), "proposal": proposal}
 
     summary = asyncio.run(go())
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         _print_program(Console(), summary)
+        cli_llm.print_proposal(Console(), summary["proposal"], texts=args.prompt)
     return 0
 
 
