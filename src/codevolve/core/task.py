@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from codevolve.core.config import SandboxLimits
-from codevolve.core.program import JobId, ProgramId, ScoresPerStage, StageResult
+from codevolve.core.program import (
+    Evaluation,
+    JobId,
+    ProgramId,
+    ProgramStatus,
+    ScoresPerStage,
+    StageResult,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,3 +31,15 @@ class Task:
     capability: str = "cpu"  # "cpu" or "gpu": the queue a distributed deployment routes it to
     start_stage: int = 0  # index of the first stage to run
     prior_stages: tuple[StageResult, ...] = ()  # results of stages 0 .. start_stage-1
+
+
+def failed_evaluation(task: Task, error: str, *, worker: str) -> Evaluation:
+    """The evaluation of a task no stage could finish: the stages handed over, then the error."""
+    stage = StageResult(stage="", passed=False, score=None, error=error)
+    return Evaluation(
+        program_id=task.program_id,
+        job_id=task.job_id,
+        status=ProgramStatus.FAILED,
+        stages=(*task.prior_stages, stage),
+        worker=worker,
+    )

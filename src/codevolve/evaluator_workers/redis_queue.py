@@ -36,8 +36,8 @@ from redis.asyncio import Redis
 
 from codevolve.core.codec import evaluation_from_dict as _evaluation_from_dict
 from codevolve.core.codec import evaluation_to_dict, task_from_dict, task_to_dict
-from codevolve.core.program import Evaluation, ProgramStatus, StageResult
-from codevolve.core.task import Task
+from codevolve.core.program import Evaluation
+from codevolve.core.task import Task, failed_evaluation
 from codevolve.evaluator_workers.redis_keys import (
     DEFAULT_CAPABILITY,
     RESULT_CONSUMER,
@@ -328,7 +328,7 @@ class RedisWorkSource:
             except (ValueError, KeyError, TypeError, ValidationError):
                 task = None
             if task is not None:
-                failed = _failed(task, reason, worker=self._consumer)
+                failed = failed_evaluation(task, reason, worker=self._consumer)
                 self._publish(pipe, failed)
             pipe.xadd(
                 self._keys.dead_letters(),
@@ -373,14 +373,3 @@ class RedisWorkSource:
         """Remove this consumer from the group once nothing is in hand (a graceful drain)."""
         if not self._in_hand:
             await self._redis.xgroup_delconsumer(self._stream, TASK_GROUP, self._consumer)
-
-
-def _failed(task: Task, reason: str, *, worker: str) -> Evaluation:
-    stage = StageResult(stage="", passed=False, score=None, error=reason)
-    return Evaluation(
-        program_id=task.program_id,
-        job_id=task.job_id,
-        status=ProgramStatus.FAILED,
-        stages=(stage,),
-        worker=worker,
-    )

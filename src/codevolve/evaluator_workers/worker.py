@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from codevolve.core.device import CPU, Device
 from codevolve.core.errors import ConfigError
 from codevolve.core.problem import Problem
-from codevolve.core.program import Evaluation, ProgramStatus, StageResult
-from codevolve.core.task import Task
+from codevolve.core.program import Evaluation
+from codevolve.core.task import Task, failed_evaluation
 from codevolve.evaluator_workers.cascade import run_cascade
 from codevolve.evaluator_workers.errors import SandboxUnavailable
 from codevolve.evaluator_workers.queue import WorkSource
@@ -92,35 +92,16 @@ def _evaluate(
     served = {CPU} if device is None else {CPU, device.capability}
     if task.capability not in served:  # misrouted: a queue without capability routing
         error = f"worker {worker} lacks capability {task.capability!r} (serves {sorted(served)})"
-        return _failed(task, worker, error)
+        return failed_evaluation(task, error, worker=worker)
     try:
         problem = resolve_problem(task.problem)
     except ConfigError as exc:  # a problem this worker does not know fails its programs
-        stage = StageResult(stage="", passed=False, score=None, error=f"worker {worker}: {exc}")
-        return Evaluation(
-            program_id=task.program_id,
-            job_id=task.job_id,
-            status=ProgramStatus.FAILED,
-            stages=(stage,),
-            worker=worker,
-        )
+        return failed_evaluation(task, f"worker {worker}: {exc}", worker=worker)
     try:
         return run_cascade(problem, task, pool, worker=worker, device=device)
     except SandboxUnavailable:
         raise  # no candidate can run on this worker: the task belongs to another
     except Exception as exc:  # the worker's task boundary: fail this program, serve the next
         log.exception("job %s program %s: the cascade raised", task.job_id, task.program_id)
-        return _failed(
-            task, worker, f"internal error in the evaluator: {type(exc).__name__}: {exc}"
-        )
-
-
-def _failed(task: Task, worker: str, error: str) -> Evaluation:
-    stage = StageResult(stage="", passed=False, score=None, error=error)
-    return Evaluation(
-        program_id=task.program_id,
-        job_id=task.job_id,
-        status=ProgramStatus.FAILED,
-        stages=(*task.prior_stages, stage),
-        worker=worker,
-    )
+        error = f"internal error in the evaluator: {type(exc).__name__}: {exc}"
+        return failed_evaluation(task, error, worker=worker)
