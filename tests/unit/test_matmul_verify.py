@@ -1,7 +1,8 @@
 """Exact verification of matmul tensor decompositions: the published anchors are accepted, every
 corrupted copy is rejected, snapping rounds to the declared ring and the rank counts real terms.
 
-The anchors (../shared/anchors, reference data only) are read here and nowhere in the problem.
+The anchors (tests/data/anchors, reference data only; PROVENANCE.md there) are read here and
+nowhere in the problem.
 """
 
 from __future__ import annotations
@@ -24,11 +25,10 @@ from codevolve.problems.matmul_tensor.exact import (
 )
 from codevolve.problems.matmul_tensor.tensor import BEST_KNOWN_RANK, Size, matmul_tensor
 
-ANCHORS = Path(__file__).resolve().parents[3] / "shared" / "anchors"
+ANCHORS = Path(__file__).resolve().parents[1] / "data" / "anchors"  # a copy of the published data
 REAL = ANCHORS / "alphatensor" / "factorizations_r.npz"
 MOD2 = ANCHORS / "alphatensor" / "factorizations_f2.npz"
 EVOLVE = ANCHORS / "alphaevolve" / "alphaevolve_decompositions.npz"
-needs_anchors = pytest.mark.skipif(not REAL.is_file(), reason="anchor files not present")
 SMALL_WORK = 2_000_000  # tensor entries x rank of the anchors checked in the fast test
 
 
@@ -81,7 +81,6 @@ def _check_all(selected: list[tuple[str, Size, Factors, Ring]]) -> None:
         assert not bad.exact and bad.wrong_entries > 0, (source, size)
 
 
-@needs_anchors
 def test_small_anchors_are_exact_and_corrupted_copies_are_not() -> None:
     selected = _anchors(SMALL_WORK)
     assert len(selected) >= 60
@@ -94,14 +93,12 @@ def test_small_anchors_are_exact_and_corrupted_copies_are_not() -> None:
 
 
 @pytest.mark.slow
-@needs_anchors
 def test_all_128_anchors_are_exact_and_corrupted_copies_are_not() -> None:
     anchors = _anchors()
     assert len(anchors) == 128
     _check_all(anchors)
 
 
-@needs_anchors
 def test_published_ranks_match_the_best_known_table() -> None:
     wanted = {Size(2, 2, 2), Size(3, 3, 3), Size(4, 4, 4)}
     by_size = {
@@ -115,7 +112,6 @@ def test_published_ranks_match_the_best_known_table() -> None:
     assert by_size[("alphaevolve", Size(4, 4, 4))] == 48
 
 
-@needs_anchors
 def test_rings_gate_exactness() -> None:
     anchors = {(s, size): (f, r) for s, size, f, r in _anchors(SMALL_WORK)}
     complex_444, _ = anchors[("alphaevolve", Size(4, 4, 4))]
