@@ -12,21 +12,19 @@ import importlib.util
 import json
 import logging
 import os
-import shutil
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
 
+from codevolve.evaluator_workers.nvidia import query_gpus
 from codevolve.evaluator_workers.redis_keys import RedisKeys
 from codevolve.evaluator_workers.redis_queue import UNREACHABLE, RedisWorkSource
 
 log = logging.getLogger(__name__)
 
 MISSED_BEATS = 3  # a worker silent for this many intervals is gone from the fleet
-GPU_QUERY_TIMEOUT_S = 5.0  # seconds nvidia-smi may take
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,19 +58,7 @@ def describe_host(*, name: str, capability: str, concurrency: int) -> WorkerInfo
 
 
 def _gpu_model() -> str | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=GPU_QUERY_TIMEOUT_S,
-            check=False,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    models = [line.strip() for line in out.splitlines() if line.strip()]
+    models = query_gpus("name")
     return models[0] if models else None
 
 

@@ -9,7 +9,6 @@ device's index travels with every GPU evaluation (the GPU stage's ``device_index
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from codevolve.core.device import GPU, needed_capabilities
 from codevolve.evaluator_workers.errors import WorkerError
 from codevolve.evaluator_workers.gpu.device_process import DeviceProcess
+from codevolve.evaluator_workers.nvidia import query_gpus
 
-QUERY_TIMEOUT_S = 10.0
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 INDEX = "CODEVOLVE_DEVICE_INDEX"
 
@@ -30,19 +29,7 @@ class GpuSelectionError(WorkerError):
 
 def _query_gpu_ids() -> list[str]:
     """Indices of the host's GPUs as ``nvidia-smi`` numbers them; empty without a driver."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=QUERY_TIMEOUT_S,
-            check=False,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
+    return query_gpus("index")
 
 
 def visible_gpus(
