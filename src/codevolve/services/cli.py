@@ -26,6 +26,7 @@ from codevolve.core.errors import CodevolveError
 from codevolve.core.job import Job
 from codevolve.services import bundles, cli_dist, cli_export, cli_llm, cli_token
 from codevolve.services import controller as controller_module
+from codevolve.services.database import database_session
 from codevolve.services.settings import Settings, normalise_db_url
 
 EXIT_USAGE = 2
@@ -272,7 +273,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _cmd_best(args: argparse.Namespace) -> int:
     async def go() -> str:
-        async with _session(args.db) as session:
+        async with database_session(args.db) as session:
             from codevolve.program_db import repository
 
             if await repository.get_job(session, args.job) is None:
@@ -290,7 +291,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from codevolve.services.views import program_summary
 
     async def go() -> dict[str, Any]:
-        async with _session(args.db) as session:
+        async with database_session(args.db) as session:
             from codevolve.program_db import repository
 
             program = await repository.get_program(session, args.program)
@@ -314,7 +315,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from codevolve.services.views import job_status
 
     async def go() -> dict[str, Any]:
-        async with _session(args.db) as session:
+        async with database_session(args.db) as session:
             return await job_status(session, args.job)
 
     status = asyncio.run(go())
@@ -338,25 +339,6 @@ def _cmd_db(args: argparse.Namespace) -> int:
     asyncio.run(go())
     print(f"database at head: {args.db}")
     return 0
-
-
-class _session:
-    """``async with _session(url)``: an upgraded database, one read transaction."""
-
-    def __init__(self, url: str) -> None:
-        self._url = url
-
-    async def __aenter__(self) -> Any:
-        from codevolve.program_db.engine import create_engine, session_factory, upgrade
-
-        self._engine = create_engine(self._url)
-        await upgrade(self._engine)
-        self._session = session_factory(self._engine)()
-        return self._session
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._session.close()
-        await self._engine.dispose()
 
 
 def _print_program(console: Console, summary: dict[str, Any]) -> None:

@@ -120,24 +120,19 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     from codevolve.problems.registry import get_problem
     from codevolve.program_db import repository
     from codevolve.program_db.bundles import get_bundle
-    from codevolve.program_db.engine import create_engine, session_factory, upgrade
+    from codevolve.services.database import database_session
 
     config = run_config(args)
 
     async def go() -> str:
-        engine = create_engine(args.db)
-        try:
-            await upgrade(engine)
-            async with session_factory(engine).begin() as session:
-                bundle = bundle_id_of(config.problem)
-                if bundle is None:
-                    get_problem(config.problem)  # fail early, listing the known problems
-                elif await get_bundle(session, bundle) is None:
-                    raise ConfigError(f"{config.problem}: no such bundle in {args.db}")
-                job = await repository.create_job(session, config, owner=args.owner)
-            return job.id
-        finally:
-            await engine.dispose()
+        async with database_session(args.db) as session:
+            bundle = bundle_id_of(config.problem)
+            if bundle is None:
+                get_problem(config.problem)  # fail early, listing the known problems
+            elif await get_bundle(session, bundle) is None:
+                raise ConfigError(f"{config.problem}: no such bundle in {args.db}")
+            job = await repository.create_job(session, config, owner=args.owner)
+        return job.id
 
     job_id = asyncio.run(go())
     if args.json:

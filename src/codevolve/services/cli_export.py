@@ -89,16 +89,11 @@ async def collect(session: Any, job_id: str) -> dict[str, Any]:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from codevolve.program_db.engine import create_engine, session_factory, upgrade
+    from codevolve.services.database import database_session
 
     async def go() -> dict[str, Any]:
-        engine = create_engine(args.db)
-        try:
-            await upgrade(engine)
-            async with session_factory(engine)() as session:
-                return await collect(session, args.job)
-        finally:
-            await engine.dispose()
+        async with database_session(args.db) as session:
+            return await collect(session, args.job)
 
     document = asyncio.run(go())
     text = json.dumps(document, indent=2)

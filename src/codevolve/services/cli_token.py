@@ -53,16 +53,11 @@ def _db_option(parser: argparse.ArgumentParser) -> None:
 
 def _in_transaction(url: str, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
     """Run ``work`` in one committed transaction on an upgraded database."""
-    from codevolve.program_db.engine import create_engine, session_factory, upgrade
+    from codevolve.services.database import database_session
 
     async def go() -> T:
-        engine = create_engine(url)
-        try:
-            await upgrade(engine)
-            async with session_factory(engine).begin() as session:
-                return await work(session)
-        finally:
-            await engine.dispose()
+        async with database_session(url) as session:
+            return await work(session)
 
     return asyncio.run(go())
 
