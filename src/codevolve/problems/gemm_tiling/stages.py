@@ -58,6 +58,23 @@ def _shortened(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def ask_configs(
+    stage: str,
+    candidate: Candidate,
+    shapes: Sequence[GemmShape],
+    *,
+    hidden: frozenset[GemmShape] = frozenset(),
+) -> list[GemmConfig] | StageResult:
+    """The candidate's launchable config for each shape, or the failed result saying why."""
+    reply = candidate.call(ENTRY_POINT, [s.args for s in shapes])
+    if not reply.ok:
+        return _sandbox_error(stage, reply)
+    configs = _configs_or_error(shapes, reply, hidden=hidden)
+    if isinstance(configs, str):
+        return StageResult(stage=stage, passed=False, score=None, error=configs)
+    return configs
+
+
 def _configs_or_error(
     shapes: Sequence[GemmShape], reply: SandboxReply, *, hidden: frozenset[GemmShape]
 ) -> list[GemmConfig] | str:
@@ -126,12 +143,9 @@ class StaticStage:
                 stage=self.name, passed=False, score=None, error=f"static check: {shown}{more}"
             )
         shapes = static_grid(rng)
-        reply = candidate.call(ENTRY_POINT, [s.args for s in shapes])
-        if not reply.ok:
-            return _sandbox_error(self.name, reply)
-        configs = _configs_or_error(shapes, reply, hidden=frozenset())
-        if isinstance(configs, str):
-            return StageResult(stage=self.name, passed=False, score=None, error=configs)
+        configs = ask_configs(self.name, candidate, shapes)
+        if isinstance(configs, StageResult):
+            return configs
         impure = impure_answers(shapes, configs)
         if impure is not None:
             return StageResult(stage=self.name, passed=False, score=None, error=impure)
@@ -153,12 +167,9 @@ class ProbeStage:
     def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
         del rng  # the probe shapes are fixed
         shapes = probe_shapes()
-        reply = candidate.call(ENTRY_POINT, [s.args for s in shapes])
-        if not reply.ok:
-            return _sandbox_error(self.name, reply)
-        configs = _configs_or_error(shapes, reply, hidden=frozenset())
-        if isinstance(configs, str):
-            return StageResult(stage=self.name, passed=False, score=None, error=configs)
+        configs = ask_configs(self.name, candidate, shapes)
+        if isinstance(configs, StageResult):
+            return configs
         speedup = geomean_speedup(score_configs(shapes, configs))
         return StageResult(
             stage=self.name, passed=True, score=speedup, metrics={"probe_speedup": speedup}
@@ -176,12 +187,9 @@ class TrainStage:
         del rng  # the splits are fixed
         train, test = train_shapes(), heldout_shapes()
         shapes = train + test
-        reply = candidate.call(ENTRY_POINT, [s.args for s in shapes])
-        if not reply.ok:
-            return _sandbox_error(self.name, reply)
-        configs = _configs_or_error(shapes, reply, hidden=frozenset(test))
-        if isinstance(configs, str):
-            return StageResult(stage=self.name, passed=False, score=None, error=configs)
+        configs = ask_configs(self.name, candidate, shapes, hidden=frozenset(test))
+        if isinstance(configs, StageResult):
+            return configs
         train_scores = score_configs(train, configs[: len(train)])
         test_scores = score_configs(test, configs[len(train) :])
         return _train_result(self.name, train_scores, test_scores)

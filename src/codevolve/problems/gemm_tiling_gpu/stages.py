@@ -26,8 +26,7 @@ from codevolve.core.program import CaseResult, StageResult
 from codevolve.problems.gemm_tiling.baselines import expert_config, geomean
 from codevolve.problems.gemm_tiling.shapes import GemmShape, heldout_shapes, train_shapes
 from codevolve.problems.gemm_tiling.space import GemmConfig
-from codevolve.problems.gemm_tiling.stages import _configs_or_error, _sandbox_error
-from codevolve.problems.gemm_tiling.static_check import ENTRY_POINT
+from codevolve.problems.gemm_tiling.stages import ask_configs
 from codevolve.problems.gemm_tiling_gpu.oracle import load_oracle
 
 MEASURE_JOB = "gemm.measure"
@@ -81,12 +80,9 @@ class GpuTrainStage:
     def run_on(self, candidate: Candidate, device: Device, rng: np.random.Generator) -> StageResult:
         train, test = train_shapes(), heldout_shapes()
         shapes = train + test
-        reply = candidate.call(ENTRY_POINT, [s.args for s in shapes])
-        if not reply.ok:
-            return _sandbox_error(self.name, reply)
-        configs = _configs_or_error(shapes, reply, hidden=frozenset(test))
-        if isinstance(configs, str):
-            return StageResult(stage=self.name, passed=False, score=None, error=configs)
+        configs = ask_configs(self.name, candidate, shapes, hidden=frozenset(test))
+        if isinstance(configs, StageResult):
+            return configs
         payload: dict[str, Any] = {
             "pairs": measure_pairs(shapes, configs),
             "seed": int(rng.integers(2**31)),
