@@ -153,6 +153,14 @@ class Controller:
             log.info("job %s: %d pending program(s) enqueued", self._job.id, len(pending))
         return count, next_index
 
+    async def _enqueue_stranded(self) -> None:
+        async with self._transaction() as session:
+            pending = await repository.pending_programs(session, self._job.id)
+        for program in pending:
+            if program.id not in self._in_flight:
+                log.warning("job %s: program %s had no task; enqueued", self._job.id, program.id)
+                await self._enqueue(program)
+
     async def requeue_pending(self) -> int:
         """Enqueue every pending program again, e.g. after the queue lost its tasks (Redis
         restarted empty); returns how many. A result that also arrives is applied once."""
@@ -390,7 +398,11 @@ class Controller:
             attempt=attempts,
         )
         self._in_flight[program.id] = _InFlight(holds_slot=holds_slot, task=task)
-        await self._queue.submit(task)
+        try:
+            await self._queue.submit(task)
+        except BaseException:  # not queued: nothing is in flight, and the end of the run sends it
+            self._in_flight.pop(program.id, None)
+            raise
 
     async def _hand_on(self, evaluation: Evaluation) -> None:
         """Enqueue the rest of a cascade that a worker could not run (a GPU stage) for a worker
@@ -433,6 +445,10 @@ class Controller:
         """Apply results until every proposal is resolved and nothing is in flight."""
         while not (self._stop_proposing.is_set() and not self._in_flight):
             evaluation = await self._queue.next_result(RESULT_POLL_S)
+            if evaluation is None and self._stop_proposing.is_set() and not self._in_flight:
+                # A proposal broken between inserting its child and enqueueing it (a database
+                # restart) leaves the child pending with no task: send it before ending.
+                await self._enqueue_stranded()
             if evaluation is None:
                 continue
             await self._apply(evaluation)
