@@ -46,7 +46,7 @@ from codevolve.core.problem import Baseline, Candidate, FeatureSpec, Mutation, S
 from codevolve.core.program import StageResult
 from codevolve.evaluator_workers.local_queue import LocalQueue
 from codevolve.evaluator_workers.redis_keys import RedisKeys
-from codevolve.evaluator_workers.redis_queue import QueueTuning, RedisTaskQueue
+from codevolve.evaluator_workers.redis_queue import RESULTS_PER_READ, QueueTuning, RedisTaskQueue
 from codevolve.evaluator_workers.sandbox import SandboxPool
 from codevolve.evaluator_workers.worker import run_worker
 from codevolve.program_db import repository
@@ -425,7 +425,7 @@ async def drain(redis_url: str, *, slots: int, count: int) -> float:
         started = time.perf_counter()
         returned = 0
         while returned < count:
-            returned += await queue.next_result(1.0) is not None
+            returned += len(await queue.next_results(1.0, RESULTS_PER_READ))
         return count / (time.perf_counter() - started)
     finally:
         if worker.pid is not None:

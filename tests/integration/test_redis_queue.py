@@ -4,6 +4,7 @@ restart of the controller's reads, lost data, heartbeats and bundles."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import redis as redis_sync
@@ -67,6 +68,55 @@ async def test_a_task_travels_to_a_worker_and_its_result_back(
     assert await queue.next_result(0.05) is None
     assert await redis.xlen(keys.tasks("cpu")) == 0  # acknowledged tasks are deleted
     assert await redis.xlen(keys.results(JOB)) == 0  # applied results too
+
+
+async def test_batches_travel_in_few_round_trips_and_each_task_once(
+    redis: Redis, keys: RedisKeys
+) -> None:
+    queue = RedisTaskQueue(redis, JOB, keys=keys)
+    await queue.start()
+    worker = _source(redis, keys, "w1")
+    assert await worker.claim(0.01) is None  # creates the group
+    tasks = [_task(f"p{i}") for i in range(6)]
+    await queue.submit_many(tasks)
+    reads: list[int] = []
+    xreadgroup = redis.xreadgroup
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(kwargs["count"])
+        return await xreadgroup(*args, **kwargs)
+
+    redis.xreadgroup = counted  # type: ignore[method-assign]
+    claimed = await asyncio.gather(*(worker.claim(1.0) for _ in range(6)))
+    redis.xreadgroup = xreadgroup  # type: ignore[method-assign]
+    assert sorted(t.program_id for t in claimed if t) == [t.program_id for t in tasks]
+    assert reads[0] == 6  # the first loop read for all six waiting loops
+    assert worker.in_hand == 6 and worker.claimed == 0
+    await asyncio.gather(*(worker.complete(t, _done(t)) for t in claimed if t))
+    assert worker.in_hand == 0
+    results = await queue.next_results(1.0, 4)
+    results += await queue.next_results(1.0, 4)
+    assert sorted(r.program_id for r in results) == [t.program_id for t in tasks]
+    assert await queue.next_results(0.05, 4) == []
+    assert await redis.xlen(keys.tasks("cpu")) == 0
+    assert await redis.xlen(keys.results(JOB)) == 0
+
+
+async def test_a_read_ahead_task_is_kept_for_the_next_claim(redis: Redis, keys: RedisKeys) -> None:
+    """A loop that gave up waiting leaves what was read for it to the next claim, never lost."""
+    queue = RedisTaskQueue(redis, JOB, keys=keys)
+    await queue.start()
+    worker = _source(redis, keys, "w1")
+    assert await worker.claim(0.01) is None
+    slow = asyncio.create_task(worker.claim(1.0))  # reads for both loops; the stream is empty
+    impatient = asyncio.create_task(worker.claim(0.05))  # gives up, queued behind the read
+    await asyncio.sleep(0.15)
+    await queue.submit_many([_task("a"), _task("b")])
+    first, second = await slow, await impatient
+    assert second is None and first is not None
+    assert worker.claimed == 1  # read for the impatient loop, which had gone
+    kept = await worker.claim(0.01)
+    assert kept is not None and {first.program_id, kept.program_id} == {"a", "b"}
 
 
 async def test_tasks_are_routed_by_capability(redis: Redis, keys: RedisKeys) -> None:

@@ -3,6 +3,7 @@ result transition, dedupe, best cases and listings."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -11,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from codevolve.core.job import JobState, ProgramCounts
 from codevolve.core.program import CaseResult, ProgramStatus
-from codevolve.core.prompt import ProposalStatus
+from codevolve.core.prompt import BestCase, ProposalStatus
 from codevolve.program_db import repository
 from codevolve.program_db.errors import UnknownJobError, UnknownProgramError
 from tests.integration.conftest import evaluation_of, new_program, run_config
@@ -303,3 +304,94 @@ async def test_non_finite_numbers_survive_and_a_nan_score_ranks_nowhere(
     assert stored.score is None and best is None
     assert stored.metrics["speedup"] == math.inf and stored.metrics["loss"] == -math.inf
     assert math.isnan(stored.stage_scores["score"])
+
+
+# --------------------------------------------------------------------- batches (the controller's)
+
+
+async def test_a_batch_of_programs_is_inserted_once_per_content(sessions: Sessions) -> None:
+    async with sessions.begin() as session:
+        job = await repository.create_job(session, run_config())
+        first = new_program(job.id, name="a", proposal_index=0)
+        await repository.insert_program(session, first)
+    again = dataclasses.replace(first, id="x" * 32, proposal_index=1)  # the same code again
+    fresh = [new_program(job.id, name=name, proposal_index=i) for i, name in enumerate("bc", 2)]
+    twin = new_program(job.id, name="b", proposal_index=4)  # same code as one in the batch
+    async with sessions.begin() as session:
+        inserted = await repository.insert_programs(session, [again, *fresh, twin])
+        counts = await repository.program_counts(session, job.id)
+    assert inserted == {fresh[0].id, fresh[1].id}
+    assert counts == ProgramCounts(pending=3)
+
+
+async def test_a_batch_of_proposals_counts_each_index_once(sessions: Sessions) -> None:
+    async with sessions.begin() as session:
+        job = await repository.create_job(session, run_config())
+
+    def entry(index: int) -> repository.ProposalEntry:
+        return repository.ProposalEntry(
+            index=index, parent_id=None, island=0, proposer="p", status=ProposalStatus.CHILD
+        )
+
+    async with sessions.begin() as session:
+        first = await repository.record_proposals(session, job.id, [entry(0), entry(1)])
+    async with sessions.begin() as session:
+        second = await repository.record_proposals(session, job.id, [entry(1), entry(2)])
+        stored = await repository.get_job(session, job.id)
+        stats = await repository.proposal_stats(session, job.id)
+    assert (first, second) == (2, 1)
+    assert stored is not None and stored.proposals == 3
+    assert stats == (3, 3)
+
+
+async def test_a_batch_of_results_is_applied_once_per_pending_program(
+    sessions: Sessions,
+) -> None:
+    async with sessions.begin() as session:
+        job = await repository.create_job(session, run_config())
+        programs = [new_program(job.id, proposal_index=i) for i in range(4)]
+        for program in programs:
+            await repository.insert_program(session, program)
+        await repository.apply_evaluation(session, evaluation_of(programs[3], 7.0), cell=(0, 0))
+    batch = [
+        (evaluation_of(programs[0], 1.5), (1, 2)),
+        (evaluation_of(programs[1], None, status=ProgramStatus.FAILED), None),
+        (evaluation_of(programs[0], 9.0), (3, 3)),  # a duplicate delivery in the same batch
+        (evaluation_of(programs[3], 8.0), (4, 4)),  # no longer pending
+    ]
+    async with sessions.begin() as session:
+        applied = await repository.apply_evaluations(session, batch)
+    async with sessions.begin() as session:
+        stored = {p.id: p for p in await repository.get_programs(session, [p.id for p in programs])}
+        counts = await repository.program_counts(session, job.id)
+    assert applied == {programs[0].id, programs[1].id}
+    assert (stored[programs[0].id].score, stored[programs[0].id].cell) == (1.5, (1, 2))
+    assert stored[programs[0].id].metrics == {"valid": 1.0, "speedup": 1.5}
+    assert stored[programs[1].id].status is ProgramStatus.FAILED
+    assert (stored[programs[3].id].score, stored[programs[3].id].cell) == (7.0, (0, 0))
+    assert counts == ProgramCounts(pending=1, evaluated=2, failed=1)
+    async with sessions.begin() as session:  # a second delivery of the whole batch: nothing
+        assert await repository.apply_evaluations(session, batch) == set()
+
+
+async def test_best_cases_of_many_programs_keep_the_lowest_per_case(sessions: Sessions) -> None:
+    async with sessions.begin() as session:
+        job = await repository.create_job(session, run_config())
+        a, b = new_program(job.id, proposal_index=0), new_program(job.id, proposal_index=1)
+        await repository.insert_programs(session, [a, b])
+        await repository.record_best_cases(
+            session,
+            job.id,
+            [
+                BestCase("m1", 5.0, "", a.id),
+                BestCase("m1", 4.0, "b", b.id),
+                BestCase("m2", 2.0, "a", a.id),
+                BestCase("m2", math.nan, "", b.id),
+            ],
+        )
+        await repository.record_best_cases(session, job.id, [BestCase("m2", 3.0, "", b.id)])
+        best = await repository.best_cases(session, job.id)
+    assert best == {
+        "m1": BestCase("m1", 4.0, "b", b.id),
+        "m2": BestCase("m2", 2.0, "a", a.id),
+    }

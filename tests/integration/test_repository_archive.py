@@ -30,6 +30,7 @@ from codevolve.core.program import CellKey, Program
 from codevolve.program_db import repository
 from codevolve.program_db.archive import AddOutcome, EliteRef, by_rank
 from codevolve.program_db.engine import create_engine, session_factory
+from codevolve.program_db.mirror import ArchiveMirror
 from codevolve.program_db.models import EliteRow, ProgramRow
 from tests.integration.conftest import new_program, run_config
 
@@ -280,7 +281,10 @@ SCORES = st.sampled_from([0.0, 0.5, 1.0, 2.0]) | st.floats(-10, 10, allow_nan=Fa
 
 class ArchiveMachine(RuleBasedStateMachine):
     """Offers programs to cells (some with stale epochs) and resets islands, against a model:
-    each (island, cell) holds the best program offered since the island's last reset."""
+    each (island, cell) holds the best program offered since the island's last reset.
+
+    The controller's in-memory copy (:class:`ArchiveMirror`) takes every offer too: it must decide
+    exactly as the database's conditional upsert, and draw the same parents as SQL sampling."""
 
     def __init__(self, url: str) -> None:
         super().__init__()
@@ -293,6 +297,7 @@ class ArchiveMachine(RuleBasedStateMachine):
             self.job_id = (await repository.create_job(session, run_config(islands=ISLANDS))).id
 
         self.run(create_job)
+        self.mirror = self.run(lambda s: ArchiveMirror.load(s, self.job_id))
         self.epochs = dict.fromkeys(range(ISLANDS), 0)
         self.model: dict[tuple[int, CellKey], tuple[str, float]] = {}
         self.offers = 0
@@ -327,6 +332,10 @@ class ArchiveMachine(RuleBasedStateMachine):
             )  # fmt: skip
 
         outcome = self.run(step)
+        mirrored = self.mirror.offer(
+            island=island, cell=cell, program_id=program.id, score=score, epoch=epoch
+        )
+        assert mirrored is outcome
         incumbent = self.model.get((island, cell))
         if epoch != self.epochs[island]:
             assert outcome is AddOutcome.STALE
@@ -344,6 +353,7 @@ class ArchiveMachine(RuleBasedStateMachine):
         reset = self.run(
             lambda s: repository.reset_islands(s, self.job_id, np.random.default_rng(seed))
         )
+        self.mirror = self.run(lambda s: ArchiveMirror.load(s, self.job_id))  # as the controller
         assert len(reset) <= ISLANDS // 2
         survivors_best = set()
         for island in set(range(ISLANDS)) - set(reset):
@@ -359,12 +369,34 @@ class ArchiveMachine(RuleBasedStateMachine):
             assert len(seeded) == 1 and seeded[0] in survivors_best
             self.model[(island, seeded[0].cell)] = (seeded[0].program_id, seeded[0].score)
 
+    @rule(island=st.integers(0, ISLANDS - 1), seed=st.integers(0, 2**16))
+    def sample(self, island: int, seed: int) -> None:
+        draw = {"exploit_ratio": 0.5, "temperature": 2.0, "top": 2, "diverse": 1}
+        stored = self.run(
+            lambda s: repository.sample(s, self.job_id, island, np.random.default_rng(seed), **draw)
+        )
+        mirrored = self.mirror.sample(island, np.random.default_rng(seed), **draw)
+        if stored is None:
+            assert mirrored is None
+            return
+        assert mirrored is not None
+        assert mirrored.parent.program_id == stored.parent.id
+        assert [e.program_id for e in mirrored.inspirations] == [p.id for p in stored.inspirations]
+        assert mirrored.epoch == stored.epoch
+
     @invariant()
     def elites_match_the_model(self) -> None:
         keys = [(island, cell) for island, cell, _, _ in self.stored]
         assert len(keys) == len(set(keys))  # at most one elite per (island, cell)
         assert {(i, c): (p, s) for i, c, p, s in self.stored} == self.model
         assert self.stored_epochs == self.epochs
+        mirrored = {
+            (i, e.cell): (e.program_id, e.score)
+            for i in range(ISLANDS)
+            for e in self.mirror.elites(i)
+        }
+        assert mirrored == self.model
+        assert self.mirror.epochs == self.epochs
 
     def teardown(self) -> None:
         self.loop.run_until_complete(self.engine.dispose())

@@ -173,12 +173,19 @@ class RoutingQueue:
     async def submit(self, task: Task) -> None:
         self.tasks[task.capability].put_nowait(task)
 
-    async def next_result(self, timeout_s: float) -> Evaluation | None:
+    async def submit_many(self, tasks: Sequence[Task]) -> None:
+        for task in tasks:
+            await self.submit(task)
+
+    async def next_results(self, timeout_s: float, limit: int) -> list[Evaluation]:
         try:
             async with asyncio.timeout(timeout_s):
-                return await self.results.get()
+                results = [await self.results.get()]
         except TimeoutError:
-            return None
+            return []
+        while len(results) < limit and not self.results.empty():
+            results.append(self.results.get_nowait())
+        return results
 
     def side(self, capability: str) -> _Side:
         return _Side(self, capability)
@@ -188,6 +195,10 @@ class RoutingQueue:
 class _Side:
     queue: RoutingQueue
     capability: str
+
+    @property
+    def claimed(self) -> int:
+        return 0
 
     async def claim(self, timeout_s: float) -> Task | None:
         try:

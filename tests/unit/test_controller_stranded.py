@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
 from codevolve.core.config import RunConfig
@@ -17,7 +18,7 @@ from codevolve.services.runtime import cached_problem, make_proposer
 
 
 class FlakyQueue(LocalQueue):
-    """Loses the connection once: the third task submitted raises."""
+    """Loses the connection once: the third submission (one task or a batch) raises."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -28,6 +29,12 @@ class FlakyQueue(LocalQueue):
         if self.submitted == 3:
             raise ConnectionResetError("the queue went away")
         await super().submit(task)
+
+    async def submit_many(self, tasks: Sequence[Task]) -> None:
+        self.submitted += 1
+        if self.submitted == 3:
+            raise ConnectionResetError("the queue went away")
+        await super().submit_many(tasks)
 
 
 async def test_a_child_whose_task_was_lost_is_sent_before_the_run_ends(tmp_path: Path) -> None:

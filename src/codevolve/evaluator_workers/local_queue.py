@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import TypeVar
 
 from codevolve.core.program import Evaluation
@@ -24,8 +25,25 @@ class LocalQueue:
     async def submit(self, task: Task) -> None:
         self._tasks.put_nowait(task)
 
+    async def submit_many(self, tasks: Sequence[Task]) -> None:
+        for task in tasks:
+            self._tasks.put_nowait(task)
+
     async def next_result(self, timeout_s: float) -> Evaluation | None:
         return await _get(self._results, timeout_s)
+
+    async def next_results(self, timeout_s: float, limit: int) -> list[Evaluation]:
+        first = await _get(self._results, timeout_s)
+        if first is None:
+            return []
+        results = [first]
+        while len(results) < limit and not self._results.empty():
+            results.append(self._results.get_nowait())
+        return results
+
+    @property
+    def claimed(self) -> int:
+        return 0  # nothing is read ahead: a claim takes straight from the queue
 
     async def claim(self, timeout_s: float) -> Task | None:
         return await _get(self._tasks, timeout_s)

@@ -26,7 +26,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -157,7 +157,30 @@ class RedisTaskQueue:
             f"submit of {task.program_id}", lambda: self._redis.xadd(stream, {"task": payload})
         )
 
+    async def submit_many(self, tasks: Sequence[Task]) -> None:
+        """All tasks in one ``MULTI``: one round trip, and all or none of them added (a retry
+        after a lost connection may still add them twice: delivery is at least once anyway, and a
+        result is applied once)."""
+        if not tasks:
+            return
+        entries = [
+            (self._keys.tasks(task_capability(task)), json.dumps(task_to_dict(task)))
+            for task in tasks
+        ]
+
+        async def send() -> None:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                for stream, payload in entries:
+                    pipe.xadd(stream, {"task": payload})
+                await pipe.execute()
+
+        await retrying(f"submit of {len(tasks)} tasks", send)
+
     async def next_result(self, timeout_s: float) -> Evaluation | None:
+        results = await self.next_results(timeout_s, 1)
+        return results[0] if results else None
+
+    async def next_results(self, timeout_s: float, limit: int) -> list[Evaluation]:
         try:
             await self._acknowledge()
             await self._watch()
@@ -170,16 +193,19 @@ class RedisTaskQueue:
             if not _is_nogroup(exc):
                 raise
             await ensure_group(self._redis, self._results, RESULT_GROUP)
-            return None
+            return []
         except UNREACHABLE as exc:
             log.warning("job %s: redis unreachable (%s)", self._job_id, exc)
             await asyncio.sleep(timeout_s)
-            return None
-        if not self._buffer:
-            return None
-        entry_id, fields = self._buffer.popleft()
-        self._applied.append(entry_id)
-        return evaluation_from_json(fields.get("evaluation", ""), self._job_id)
+            return []
+        results: list[Evaluation] = []
+        while self._buffer and len(results) < limit:
+            entry_id, fields = self._buffer.popleft()
+            self._applied.append(entry_id)
+            evaluation = evaluation_from_json(fields.get("evaluation", ""), self._job_id)
+            if evaluation is not None:
+                results.append(evaluation)
+        return results
 
     async def _read(self, timeout_s: float) -> list[tuple[str, dict[str, str]]]:
         response = await self._redis.xreadgroup(
@@ -247,17 +273,42 @@ class RedisWorkSource:
         self._consumer = consumer
         self._in_hand: dict[int, str] = {}  # id(task) -> stream entry id
         self._swept = 0.0  # monotonic time of the last reclaim that found nothing
+        self._claimed: deque[Task] = deque()  # read for waiting loops, not yet handed out
+        self._waiting = 0  # loops inside claim(): how many tasks one read asks for
+        self._reading = asyncio.Lock()  # one read at a time, for everyone waiting
+        self._outbox: list[tuple[Task, Evaluation, asyncio.Future[None]]] = []
+        self._publishing = False  # a loop is publishing batches now; others join its next one
         self.dead_lettered = 0
 
     @property
     def in_hand(self) -> int:
+        """Tasks claimed and not completed (being evaluated, or read for a loop)."""
         return len(self._in_hand)
 
+    @property
+    def claimed(self) -> int:
+        """Tasks read for loops that have not taken them yet: a draining worker still runs them."""
+        return len(self._claimed)
+
     async def claim(self, timeout_s: float) -> Task | None:
+        """One task. The loops of a worker share reads: while one loop waits on ``XREADGROUP``,
+        the others queue behind it, and it asks for as many tasks as loops are waiting."""
+        if self._claimed:
+            return self._claimed.popleft()
+        self._waiting += 1
         try:
             task = await self._reclaim()
-            if task is None:
-                task = await self._read(timeout_s)
+            if task is not None:
+                return task
+            try:
+                await asyncio.wait_for(self._reading.acquire(), timeout_s)
+            except TimeoutError:
+                return self._claimed.popleft() if self._claimed else None
+            try:
+                if not self._claimed:  # nobody read for us while we queued
+                    await self._read(timeout_s)
+            finally:
+                self._reading.release()
         except redis_errors.ResponseError as exc:
             if not _is_nogroup(exc):
                 raise
@@ -267,18 +318,22 @@ class RedisWorkSource:
             log.warning("worker %s: redis unreachable (%s)", self._consumer, exc)
             await asyncio.sleep(timeout_s)
             return None
-        return task
+        finally:
+            self._waiting -= 1
+        return self._claimed.popleft() if self._claimed else None
 
-    async def _read(self, timeout_s: float) -> Task | None:
+    async def _read(self, timeout_s: float) -> None:
         response = await self._redis.xreadgroup(
             TASK_GROUP,
             self._consumer,
             {self._stream: ">"},
-            count=1,
+            count=max(1, self._waiting),
             block=max(1, int(timeout_s * 1000)),
         )
-        entries = _entries(response)
-        return await self._accept(*entries[0]) if entries else None
+        for entry_id, fields in _entries(response):
+            task = await self._accept(entry_id, fields)
+            if task is not None:
+                self._claimed.append(task)
 
     async def _reclaim(self) -> Task | None:
         """Take over one task whose worker stopped renewing its lease, or dead-letter it."""
@@ -341,19 +396,48 @@ class RedisWorkSource:
             await pipe.execute()
 
     async def complete(self, task: Task, evaluation: Evaluation) -> None:
-        entry_id = self._in_hand.get(id(task))
+        """Publish the evaluation, then acknowledge the task, in one ``MULTI``. Results that
+        finish while a publish is under way go out together in the next one."""
+        done = asyncio.get_running_loop().create_future()
+        self._outbox.append((task, evaluation, done))
+        if not self._publishing:
+            self._publishing = True
+            try:
+                while self._outbox:
+                    batch, self._outbox = self._outbox, []
+                    try:
+                        await self._publish_batch(batch)
+                    except Exception as exc:  # noqa: BLE001  (each waiting loop meets it)
+                        for _task, _evaluation, waiting in batch:
+                            if not waiting.done():
+                                waiting.set_exception(exc)
+            finally:
+                self._publishing = False
+        await done
+
+    async def _publish_batch(
+        self, batch: Sequence[tuple[Task, Evaluation, asyncio.Future[None]]]
+    ) -> None:
+        entry_ids = [
+            entry_id
+            for task, _evaluation, _done in batch
+            if (entry_id := self._in_hand.get(id(task))) is not None
+        ]
 
         async def publish() -> None:
             async with self._redis.pipeline(transaction=True) as pipe:
-                self._publish(pipe, evaluation)
-                if entry_id is not None:
-                    pipe.xack(self._stream, TASK_GROUP, entry_id)
-                    pipe.xdel(self._stream, entry_id)
+                for _task, evaluation, _done in batch:
+                    self._publish(pipe, evaluation)
+                if entry_ids:
+                    pipe.xack(self._stream, TASK_GROUP, *entry_ids)
+                    pipe.xdel(self._stream, *entry_ids)
                 # The group is gone after a flush; the result still stands: do not raise for it.
                 await pipe.execute(raise_on_error=False)
 
-        await retrying(f"result of {task.program_id}", publish)
-        self._in_hand.pop(id(task), None)
+        await retrying(f"{len(batch)} result(s)", publish)
+        for task, _evaluation, done in batch:
+            self._in_hand.pop(id(task), None)
+            done.set_result(None)
 
     def _publish(self, pipe: Any, evaluation: Evaluation) -> None:
         results = self._keys.results(evaluation.job_id)

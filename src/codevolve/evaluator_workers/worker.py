@@ -72,7 +72,7 @@ async def _loop(
     stop: asyncio.Event,
 ) -> None:
     loop = asyncio.get_running_loop()
-    while not stop.is_set():
+    while not stop.is_set() or source.claimed:  # a draining worker runs what it already read
         task = await source.claim(CLAIM_POLL_S)
         if task is None:
             continue

@@ -130,6 +130,21 @@ async def island_elites(session: AsyncSession, job_id: JobId, island: IslandId) 
     return [_elite(cell, program_id, score) for cell, program_id, score in rows]
 
 
+async def job_elites(session: AsyncSession, job_id: JobId) -> dict[IslandId, list[EliteRef]]:
+    """Every island's elites (islands without elites map to an empty list)."""
+    per_island: dict[IslandId, list[EliteRef]] = {
+        island: [] for island in await island_epochs(session, job_id)
+    }
+    rows = await session.execute(
+        select(EliteRow.island, EliteRow.cell, EliteRow.program_id, EliteRow.score).where(
+            EliteRow.job_id == job_id
+        )
+    )
+    for island, cell, program_id, score in rows:
+        per_island.setdefault(int(island), []).append(_elite(cell, program_id, score))
+    return per_island
+
+
 def _elite(cell: str, program_id: str, score: float) -> EliteRef:
     return EliteRef(cell=cell_from_text(cell), program_id=program_id, score=float(score))
 
@@ -174,14 +189,7 @@ async def migrate(session: AsyncSession, job_id: JobId, *, migrants: int) -> int
     """Copy each island's ``migrants`` best elites to the next island of the ring (into the same
     cells, at the destination's current epoch); returns how many elites were written."""
     epochs = await island_epochs(session, job_id)
-    rows = await session.execute(
-        select(EliteRow.island, EliteRow.cell, EliteRow.program_id, EliteRow.score).where(
-            EliteRow.job_id == job_id
-        )
-    )
-    per_island: dict[IslandId, list[EliteRef]] = {island: [] for island in epochs}
-    for island, cell, program_id, score in rows:
-        per_island[int(island)].append(_elite(cell, program_id, score))
+    per_island = await job_elites(session, job_id)
     written = 0
     for _source, destination, elite in archive.migration_plan(per_island, migrants=migrants):
         outcome = await add_elite(
@@ -245,7 +253,19 @@ async def upsert_best_cases(
     session: AsyncSession, job_id: JobId, program_id: ProgramId, cases: Sequence[CaseResult]
 ) -> None:
     """Keep, per case key, the lowest cost seen and the program that achieved it (one upsert)."""
-    lowest: dict[str, CaseResult] = {}
+    await record_best_cases(
+        session,
+        job_id,
+        [BestCase(key=c.key, cost=c.cost, detail=c.detail, program_id=program_id) for c in cases],
+    )
+
+
+async def record_best_cases(
+    session: AsyncSession, job_id: JobId, cases: Sequence[BestCase]
+) -> None:
+    """Offer many programs' case costs at once: per key, the lowest wins, in one upsert that
+    only ever lowers a stored cost. NaN costs are ignored."""
+    lowest: dict[str, BestCase] = {}
     for case in cases:
         if not math.isnan(case.cost) and (
             case.key not in lowest or case.cost < lowest[case.key].cost
@@ -261,7 +281,7 @@ async def upsert_best_cases(
                 "case_key": c.key,
                 "cost": c.cost,
                 "detail": c.detail,
-                "program_id": program_id,
+                "program_id": c.program_id,
             }
             for c in lowest.values()
         ]

@@ -6,6 +6,8 @@ Every function takes the caller's session and never commits; rows become ``core.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, insert, select, update
@@ -18,7 +20,7 @@ from codevolve.core.prompt import ProposalStatus
 from codevolve.program_db.errors import UnknownJobError
 from codevolve.program_db.models import IslandRow, JobRow, ProposalRow, utcnow
 from codevolve.program_db.programs import best_program
-from codevolve.program_db.sql import as_utc, dialect_insert
+from codevolve.program_db.sql import as_utc, dialect_insert, table_of
 
 _NO_SYNC = {"synchronize_session": False}
 
@@ -115,58 +117,80 @@ async def _update_job(session: AsyncSession, job_id: JobId, **values: Any) -> No
 # ------------------------------------------------------------------------------------ proposals
 
 
-async def record_proposal(
-    session: AsyncSession,
-    *,
-    job_id: JobId,
-    index: int,
-    parent_id: ProgramId | None,
-    island: int,
-    proposer: str,
-    status: ProposalStatus,
-    reason: str = "",
-    program_id: ProgramId | None = None,
-    tokens_in: int = 0,
-    tokens_out: int = 0,
-    cost_usd: float = 0.0,
-    prompt: str = "",
-    answer: str = "",
-    prompt_variant: str = "",
-) -> bool:
-    """Log what became of proposal ``index`` and count it in ``jobs.proposals``.
+@dataclass(frozen=True, slots=True)
+class ProposalEntry:
+    """What became of one proposal, as the proposal log stores it.
 
     ``prompt`` and ``answer`` are the texts sent and received (empty when not logged);
     ``prompt_variant`` names the template variant that made the prompt.
-
-    An index is recorded once: a second record of the same index (an error path reporting a
-    proposal that was already logged) changes nothing and returns False.
     """
+
+    index: int
+    parent_id: ProgramId | None
+    island: int
+    proposer: str
+    status: ProposalStatus
+    reason: str = ""
+    program_id: ProgramId | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    prompt: str = ""
+    answer: str = ""
+    prompt_variant: str = ""
+
+
+async def record_proposals(
+    session: AsyncSession, job_id: JobId, entries: Sequence[ProposalEntry]
+) -> int:
+    """Log many proposals in one statement and count them in ``jobs.proposals``; returns how many
+    were new. An index is recorded once: a second record of the same index (an error path
+    reporting a proposal that was already logged) changes nothing."""
+    if not entries:
+        return 0
+    now = utcnow()
     statement = (
         dialect_insert(session, ProposalRow)
-        .values(
-            job_id=job_id,
-            proposal_index=index,
-            parent_id=parent_id,
-            island=island,
-            proposer=proposer,
-            status=status.value,
-            reason=reason,
-            program_id=program_id,
-            tokens_in=tokens_in,
-            tokens_out=tokens_out,
-            cost_usd=cost_usd,
-            prompt=prompt,
-            answer=answer,
-            prompt_variant=prompt_variant,
-            created_at=utcnow(),
-        )
         .on_conflict_do_nothing(index_elements=["job_id", "proposal_index"])
-        .returning(ProposalRow.proposal_index)
-    )
-    if (await session.execute(statement)).first() is None:
-        return False
-    await _update_job(session, job_id, proposals=JobRow.proposals + 1)
-    return True
+        .returning(table_of(ProposalRow).c.proposal_index)
+    )  # executed with many parameter sets: one cached statement, batched into multi-row VALUES
+    rows = [
+        {
+            "job_id": job_id,
+            "proposal_index": entry.index,
+            "parent_id": entry.parent_id,
+            "island": entry.island,
+            "proposer": entry.proposer,
+            "status": entry.status.value,
+            "reason": entry.reason,
+            "program_id": entry.program_id,
+            "tokens_in": entry.tokens_in,
+            "tokens_out": entry.tokens_out,
+            "cost_usd": entry.cost_usd,
+            "prompt": entry.prompt,
+            "answer": entry.answer,
+            "prompt_variant": entry.prompt_variant,
+            "created_at": now,
+        }
+        for entry in entries
+    ]
+    recorded = len((await session.execute(statement, rows)).all())
+    if recorded:
+        await _update_job(session, job_id, proposals=JobRow.proposals + recorded)
+    return recorded
+
+
+async def record_proposal(session: AsyncSession, *, job_id: JobId, **entry: Any) -> bool:
+    """Log one proposal (the fields of :class:`ProposalEntry`); False if its index was logged."""
+    return await record_proposals(session, job_id, [ProposalEntry(**entry)]) == 1
+
+
+async def set_job_best(
+    session: AsyncSession, job_id: JobId, program_id: ProgramId, score: float
+) -> None:
+    """Cache a program the caller knows is the job's best (the controller tracks it as results
+    land), without the query of :func:`update_job_best`."""
+    await _update_job(session, job_id, best_program_id=program_id, best_score=score)
 
 
 async def proposal_stats(session: AsyncSession, job_id: JobId) -> tuple[int, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, cast
 
-from sqlalchemy import CursorResult, Select, func, insert, select, update
+from sqlalchemy import CursorResult, Select, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.codec import case_from_list
@@ -29,10 +29,12 @@ from codevolve.program_db.errors import ProgramDbError, UnknownProgramError
 from codevolve.program_db.models import ProgramRow, utcnow
 from codevolve.program_db.sql import (
     as_utc,
+    dialect_insert,
     finite_or_none,
     json_number,
     json_numbers,
     numbers_from_json,
+    table_of,
 )
 
 ProgramOrder = Literal["score", "index", "newest"]
@@ -122,6 +124,21 @@ async def insert_program(session: AsyncSession, program: Program) -> None:
     await session.execute(insert(ProgramRow).values(**_row_values(program)))
 
 
+async def insert_programs(session: AsyncSession, programs: Sequence[Program]) -> set[ProgramId]:
+    """Insert many programs in one statement; returns the ids inserted. A program whose content
+    is already in its job (or earlier in ``programs``) is skipped: the dedupe and the insert are
+    one statement, so concurrent proposals of the same code cannot both land."""
+    if not programs:
+        return set()
+    statement = (
+        dialect_insert(session, ProgramRow)
+        .on_conflict_do_nothing(index_elements=["job_id", "content_hash"])
+        .returning(table_of(ProgramRow).c.id)
+    )  # executed with many parameter sets: one cached statement, batched into multi-row VALUES
+    rows = await session.execute(statement, [_row_values(program) for program in programs])
+    return {str(program_id) for (program_id,) in rows}
+
+
 async def mark_enqueued(session: AsyncSession, program_id: ProgramId) -> int:
     """Count one more task enqueued for the program; returns the new count (the task's attempt)."""
     attempts = await session.scalar(
@@ -146,9 +163,6 @@ async def apply_evaluation(
     """
     if evaluation.status is ProgramStatus.PENDING:
         raise ProgramDbError(f"an evaluation cannot leave program {evaluation.program_id} pending")
-    artifacts: dict[str, str] = {}
-    for stage in evaluation.stages:
-        artifacts.update(stage.artifacts)  # later stages win, as in Evaluation.metrics
     result = await session.execute(
         update(ProgramRow)
         .where(
@@ -156,23 +170,86 @@ async def apply_evaluation(
             ProgramRow.job_id == evaluation.job_id,
             ProgramRow.status == ProgramStatus.PENDING.value,
         )
-        .values(
-            status=evaluation.status.value,
-            score=finite_or_none(evaluation.score),
-            stage_scores=json_numbers(evaluation.stage_scores),
-            metrics=json_numbers(evaluation.metrics),
-            heldout=json_numbers(evaluation.heldout),
-            features=json_numbers(evaluation.features),
-            cell=None if cell is None else cell_to_text(cell),
-            cases=_cases_json(evaluation.cases),
-            feedback=evaluation.feedback,
-            error=evaluation.error,
-            artifacts=artifacts,
-            evaluated_at=utcnow(),
-        )
+        .values(**_result_values(evaluation, cell))
         .execution_options(**_NO_SYNC)
     )
     return _rowcount(result) == 1
+
+
+_RESULT_COLUMNS = (
+    "status", "score", "stage_scores", "metrics", "heldout", "features", "cell", "cases",
+    "feedback", "error", "artifacts", "evaluated_at",
+)  # fmt: skip
+
+
+async def apply_evaluations(
+    session: AsyncSession, results: Sequence[tuple[Evaluation, CellKey | None]]
+) -> set[ProgramId]:
+    """:func:`apply_evaluation` for many results in two statements; returns the ids applied.
+
+    The pending rows are read and locked first (``FOR UPDATE``; SQLite has one writer anyway),
+    then one UPDATE runs for all of them, still guarded by ``status = 'pending'``. A program that
+    appears twice in ``results`` (a duplicate delivery in the same batch) is applied once, from
+    its first result.
+    """
+    first: dict[ProgramId, tuple[Evaluation, CellKey | None]] = {}
+    for evaluation, cell in results:
+        if evaluation.status is ProgramStatus.PENDING:
+            raise ProgramDbError(
+                f"an evaluation cannot leave program {evaluation.program_id} pending"
+            )
+        first.setdefault(evaluation.program_id, (evaluation, cell))
+    if not first:
+        return set()
+    table = table_of(ProgramRow)
+    pending = set(
+        await session.scalars(
+            select(table.c.id)
+            .where(
+                table.c.id.in_(list(first)),
+                table.c.status == ProgramStatus.PENDING.value,
+            )
+            .with_for_update()
+        )
+    )
+    rows = [
+        {"b_id": program_id, "b_job": evaluation.job_id}
+        | {f"b_{key}": value for key, value in _result_values(evaluation, cell).items()}
+        for program_id, (evaluation, cell) in first.items()
+        if program_id in pending
+    ]
+    if rows:
+        statement = (
+            update(table)
+            .where(
+                table.c.id == bindparam("b_id"),
+                table.c.job_id == bindparam("b_job"),
+                table.c.status == ProgramStatus.PENDING.value,
+            )
+            .values({column: bindparam(f"b_{column}") for column in _RESULT_COLUMNS})
+        )
+        await session.execute(statement, rows)
+    return {row["b_id"] for row in rows}
+
+
+def _result_values(evaluation: Evaluation, cell: CellKey | None) -> dict[str, Any]:
+    artifacts: dict[str, str] = {}
+    for stage in evaluation.stages:
+        artifacts.update(stage.artifacts)  # later stages win, as in Evaluation.metrics
+    return {
+        "status": evaluation.status.value,
+        "score": finite_or_none(evaluation.score),
+        "stage_scores": json_numbers(evaluation.stage_scores),
+        "metrics": json_numbers(evaluation.metrics),
+        "heldout": json_numbers(evaluation.heldout),
+        "features": json_numbers(evaluation.features),
+        "cell": None if cell is None else cell_to_text(cell),
+        "cases": _cases_json(evaluation.cases),
+        "feedback": evaluation.feedback,
+        "error": evaluation.error,
+        "artifacts": artifacts,
+        "evaluated_at": utcnow(),
+    }
 
 
 async def mark_failed(session: AsyncSession, program_id: ProgramId, reason: str) -> bool:

@@ -1,13 +1,24 @@
 """The evolution controller: one asyncio loop per job.
 
-It samples a parent and inspirations from the program database, builds a prompt, asks the proposer
-for a diff, applies it, inserts the child (pending) and only then enqueues its task; results are
-applied with a guarded transition, so a duplicate delivery changes nothing. Every state change that
-matters is committed before the next step, so the process can be killed at any point and the job
-resumed: pending programs are re-enqueued, evaluated ones are never evaluated again.
+It samples a parent and inspirations, builds a prompt, asks the proposer for a diff, applies it,
+inserts the child (pending) and only then enqueues its task; results are applied with a guarded
+transition, so a duplicate delivery changes nothing. Every state change that matters is committed
+before the next step, so the process can be killed at any point and the job resumed: pending
+programs are re-enqueued, evaluated ones are never evaluated again.
 
-Many proposals are in flight at once (``RunConfig.max_in_flight``); the database is touched by one
-transaction at a time (SQLite allows one writer, and the controller's transactions are short).
+Many proposals are in flight at once (``RunConfig.max_in_flight``), and the database work is
+batched so that it does not grow with them:
+
+- the job's archive (island epochs, elites) is mirrored in memory (:class:`ArchiveMirror`): the
+  controller is its only writer, so parents are drawn without a query, and the parent and
+  inspiration programs come from a small cache of elite programs;
+- proposals that finish while a write is in progress are written together: one INSERT of the
+  children (deduplicated by the database in the same statement), one of the proposal log, one
+  commit, then one round trip to the queue;
+- results are read and applied in batches: one guarded UPDATE for all of them, and the archive
+  statements only for the programs that change it.
+
+The database is touched by one transaction at a time (SQLite allows one writer).
 """
 
 from __future__ import annotations
@@ -18,8 +29,10 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -27,11 +40,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from codevolve.core.diff import ApplyFailure
 from codevolve.core.job import Job, JobState
 from codevolve.core.problem import Problem
-from codevolve.core.program import Evaluation, Program, ProgramId, ProgramStatus
+from codevolve.core.program import CellKey, Evaluation, Program, ProgramId, ProgramStatus
 from codevolve.core.prompt import BestCase, ProgramView, Prompt, Proposal, ProposalStatus
 from codevolve.core.task import Task
 from codevolve.evaluator_workers.queue import TaskQueue
 from codevolve.program_db import archive, repository
+from codevolve.program_db.archive import AddOutcome
+from codevolve.program_db.mirror import ArchiveMirror
 from codevolve.prompt_sampler.builder import build_prompt
 from codevolve.prompt_sampler.diff import apply_answer
 from codevolve.proposers.base import Proposer
@@ -41,6 +56,9 @@ log = logging.getLogger(__name__)
 
 INITIAL_PROPOSAL_INDEX = -1  # the seed program is not the answer to any proposal
 RESULT_POLL_S = 0.2  # seconds; how often the result loop checks for the end of the run
+RESULT_BATCH = 256  # results applied per transaction, at most
+CACHED_PROGRAMS = 4096  # elite programs kept in memory for prompts (parents, inspirations)
+WRITTEN = (AddOutcome.NEW, AddOutcome.IMPROVED)
 CONTROL_POLL_S = 2.0  # seconds; how often the job's state is re-read (pause/cancel from outside)
 
 
@@ -73,8 +91,28 @@ class Progress:
 
 @dataclass(frozen=True, slots=True)
 class _InFlight:
+    program: Program
     holds_slot: bool  # a proposal slot is released when its result lands
     task: Task | None = None  # as enqueued; continued when a worker hands the program on
+
+
+class _Written(StrEnum):
+    """What became of a proposal once its write committed."""
+
+    CHILD = "child"  # the child was inserted and enqueued; it holds the proposal's slot
+    DUPLICATE = "duplicate"  # the child's code was already in the job
+    RECORDED = "recorded"  # no child (the proposer failed or the answer did not apply)
+
+
+@dataclass(slots=True)
+class _Write:
+    """A settled proposal waiting for the next batched write."""
+
+    entry: repository.ProposalEntry
+    child: Program | None
+    parent_scores: dict[str, float]
+    seed: int
+    done: asyncio.Future[_Written]
 
 
 class Controller:
@@ -98,12 +136,19 @@ class Controller:
         self._proposer = proposer
         self._ledger = ProposalLedger(job.config, proposer)  # cost budget, prompt logs, learning
         self._on_progress = on_progress or (lambda _p: None)
+        # Archive transactions (results, islands, the job's state) run one at a time, and so do
+        # proposal writes. On Postgres the two kinds overlap; SQLite has one writer: one lock.
         self._db_lock = asyncio.Lock()
+        self._write_lock = self._db_lock if _dialect(sessions) == "sqlite" else asyncio.Lock()
         self._slots = asyncio.Semaphore(self._config.max_in_flight)
         self._in_flight: dict[ProgramId, _InFlight] = {}
         # The best cost seen per case, mirrored from the database: read per proposal, written
         # (improvements only) per result, so neither costs a query of all cases each time.
         self._best_cases: dict[str, BestCase] = {}
+        self._mirror: ArchiveMirror | None = None  # None: (re)load from the database
+        self._programs: OrderedDict[ProgramId, Program] = OrderedDict()  # elites, for prompts
+        self._writes: list[_Write] = []  # settled proposals waiting for the writer
+        self._writing = False  # a proposal is writing batches now; others join its next one
         self._archive_changed = asyncio.Event()
         self._stop_proposing = asyncio.Event()
         self._final_state = JobState.DONE
@@ -147,6 +192,8 @@ class Controller:
             self.progress.best_score = best.score if best else None
             self._best_cases = await repository.best_cases(session, self._job.id)
             self._ledger.warm_start(await repository.proposal_usage(session, self._job.id))
+            mirror = await ArchiveMirror.load(session, self._job.id)
+        self._mirror = mirror
         for program in pending:
             await self._enqueue(program)
         if pending:
@@ -221,7 +268,7 @@ class Controller:
         except Exception:  # the iteration boundary: record, log with ids, go on
             log.exception("job %s proposal %d failed in the controller", self._job.id, index)
             async with self._transaction() as session:
-                await repository.record_proposal(
+                recorded = await repository.record_proposal(
                     session,
                     job_id=self._job.id,
                     index=index,
@@ -231,7 +278,7 @@ class Controller:
                     status=ProposalStatus.PROPOSER_FAILED,
                     reason="internal error (see the controller log)",
                 )
-            self.progress.proposals += 1
+            self.progress.proposals += recorded
         finally:
             if not released:
                 self._slots.release()
@@ -242,20 +289,10 @@ class Controller:
         config = self._config
         island = index % config.islands
         rng = np.random.default_rng([config.seed, index])
+        await self._maintain_islands(index, rng)
         sample = None
         while sample is None:
-            async with self._transaction() as session:
-                await self._maintain_islands(session, index, rng)
-                sample = await repository.sample(
-                    session,
-                    self._job.id,
-                    island,
-                    rng,
-                    exploit_ratio=config.exploit_ratio,
-                    temperature=config.rank_temperature,
-                    top=config.top_inspirations,
-                    diverse=config.diverse_inspirations,
-                )
+            sample = await self._sample(island, rng)
             best_cases = dict(self._best_cases)
             if sample is None:  # nothing evaluated yet: wait for the seed to land
                 if self._stop_proposing.is_set():
@@ -285,6 +322,56 @@ class Controller:
             rng=rng,
         )
 
+    async def _sample(self, island: int, rng: np.random.Generator) -> repository.Sample | None:
+        """A parent and inspirations drawn from the in-memory archive; their programs come from
+        the cache, or from one query for those it lacks."""
+        config = self._config
+        mirror = await self._archive()
+        drawn = mirror.sample(
+            island,
+            rng,
+            exploit_ratio=config.exploit_ratio,
+            temperature=config.rank_temperature,
+            top=config.top_inspirations,
+            diverse=config.diverse_inspirations,
+        )
+        if drawn is None:
+            return None
+        ids = [drawn.parent.program_id, *(elite.program_id for elite in drawn.inspirations)]
+        programs = await self._cached_programs(ids)
+        if not programs or programs[0].id != drawn.parent.program_id:
+            raise RuntimeError(f"elite program {drawn.parent.program_id} is missing")
+        return repository.Sample(
+            parent=programs[0], inspirations=tuple(programs[1:]), epoch=drawn.epoch
+        )
+
+    async def _archive(self) -> ArchiveMirror:
+        if self._mirror is None:
+            async with self._transaction() as session:
+                mirror = await ArchiveMirror.load(session, self._job.id)
+            self._mirror = self._mirror or mirror
+        return self._mirror
+
+    async def _cached_programs(self, ids: Sequence[ProgramId]) -> list[Program]:
+        missing = [program_id for program_id in ids if program_id not in self._programs]
+        if missing:
+            async with self._transaction(proposals=True) as session:
+                self._cache(await repository.get_programs(session, missing))
+        found = []
+        for program_id in ids:
+            program = self._programs.get(program_id)
+            if program is not None:
+                self._programs.move_to_end(program_id)
+                found.append(program)
+        return found
+
+    def _cache(self, programs: Sequence[Program]) -> None:
+        for program in programs:
+            self._programs[program.id] = program
+            self._programs.move_to_end(program.id)
+        while len(self._programs) > CACHED_PROGRAMS:
+            self._programs.popitem(last=False)
+
     async def _accept(
         self,
         index: int,
@@ -296,7 +383,8 @@ class Controller:
         prompt: Prompt,
         rng: np.random.Generator,
     ) -> bool:
-        """Apply the answer; record the proposal; insert and enqueue the child if there is one."""
+        """Apply the answer; record the proposal, and insert and enqueue the child if there is
+        one, in the next batched write."""
         outcome = (
             None
             if proposal.error
@@ -304,90 +392,134 @@ class Controller:
                 parent.source, proposal.text, max_code_length=self._config.max_code_length
             )
         )
-        child: Program | None = None
         prompt_text, answer_text = self._ledger.texts(prompt, proposal)
-        async with self._transaction() as session:
-
-            async def record(status: ProposalStatus, reason: str = "") -> None:
-                await repository.record_proposal(
-                    session,
-                    job_id=self._job.id,
-                    index=index,
-                    parent_id=parent.id,
-                    island=island,
-                    proposer=proposal.proposer,
-                    status=status,
-                    reason=reason,
-                    program_id=child.id if child else None,
-                    tokens_in=proposal.tokens_in,
-                    tokens_out=proposal.tokens_out,
-                    cost_usd=proposal.cost_usd,
-                    prompt=prompt_text,
-                    answer=answer_text,
-                    prompt_variant=prompt.variant,
-                )
-
-            if outcome is None:
-                await record(ProposalStatus.PROPOSER_FAILED, proposal.error or "")
-                self.progress.apply_failed += 1
-            elif isinstance(outcome, ApplyFailure):
-                await record(ProposalStatus.APPLY_FAILED, f"{outcome.kind}: {outcome.message}")
-                self.progress.apply_failed += 1
-            elif (
-                await repository.find_program_by_hash(
-                    session, self._job.id, content_hash(outcome.source)
-                )
-                is not None
-            ):
-                await record(ProposalStatus.DUPLICATE, "already in the job")
-                self.progress.duplicates += 1
-            else:
-                child = Program(
-                    id=uuid.uuid4().hex,
-                    job_id=self._job.id,
-                    source=outcome.source,
-                    content_hash=content_hash(outcome.source),
-                    parent_id=parent.id,
-                    island=island,
-                    epoch=sample_epoch,
-                    generation=parent.generation + 1,
-                    proposal_index=index,
-                    status=ProgramStatus.PENDING,
-                    diff=outcome.diff_text,
-                    proposer=proposal.proposer,
-                )
-                await repository.insert_program(session, child)
-                await record(ProposalStatus.CHILD)
-        self.progress.proposals += 1
-        self._ledger.settled(
-            prompt, proposal, child=child.id if child else None, parent_score=parent.score
+        entry = repository.ProposalEntry(
+            index=index,
+            parent_id=parent.id,
+            island=island,
+            proposer=proposal.proposer,
+            status=ProposalStatus.CHILD,
+            tokens_in=proposal.tokens_in,
+            tokens_out=proposal.tokens_out,
+            cost_usd=proposal.cost_usd,
+            prompt=prompt_text,
+            answer=answer_text,
+            prompt_variant=prompt.variant,
         )
-        if child is None:
-            return False
-        await self._enqueue(
-            child,
-            parent_scores=dict(parent.stage_scores),
-            seed=int(rng.integers(2**31)),
-            holds_slot=True,
-        )
-        return True
-
-    async def _enqueue(
-        self,
-        program: Program,
-        *,
-        parent_scores: dict[str, float] | None = None,
-        seed: int | None = None,
-        holds_slot: bool = False,
-    ) -> None:
-        async with self._transaction() as session:
-            attempts = await repository.mark_enqueued(session, program.id)
-            parent_scores = (
-                parent_scores
-                if parent_scores is not None
-                else (await self._parent_scores(session, program))
+        child: Program | None = None
+        if outcome is None:
+            entry = dataclasses.replace(
+                entry, status=ProposalStatus.PROPOSER_FAILED, reason=proposal.error or ""
             )
-        task = Task(
+        elif isinstance(outcome, ApplyFailure):
+            entry = dataclasses.replace(
+                entry,
+                status=ProposalStatus.APPLY_FAILED,
+                reason=f"{outcome.kind}: {outcome.message}",
+            )
+        else:
+            child = Program(
+                id=uuid.uuid4().hex,
+                job_id=self._job.id,
+                source=outcome.source,
+                content_hash=content_hash(outcome.source),
+                parent_id=parent.id,
+                island=island,
+                epoch=sample_epoch,
+                generation=parent.generation + 1,
+                proposal_index=index,
+                status=ProgramStatus.PENDING,
+                attempts=1,  # its task is enqueued right after the insert commits
+                diff=outcome.diff_text,
+                proposer=proposal.proposer,
+            )
+            entry = dataclasses.replace(entry, program_id=child.id)
+        seed = int(rng.integers(2**31)) if child is not None else 0
+        written = await self._write(
+            _Write(
+                entry=entry,
+                child=child,
+                parent_scores=dict(parent.stage_scores),
+                seed=seed,
+                done=asyncio.get_running_loop().create_future(),
+            )
+        )
+        self.progress.proposals += 1
+        if written is _Written.RECORDED:
+            self.progress.apply_failed += 1
+        elif written is _Written.DUPLICATE:
+            self.progress.duplicates += 1
+        self._ledger.settled(
+            prompt,
+            proposal,
+            child=child.id if child and written is _Written.CHILD else None,
+            parent_score=parent.score,
+        )
+        return written is _Written.CHILD
+
+    async def _write(self, write: _Write) -> _Written:
+        """Queue a settled proposal for the next batched write and wait until it is written.
+
+        The first proposal to arrive while no write runs does the writing, batch after batch,
+        until nothing waits; the others join whatever batch comes next."""
+        self._writes.append(write)
+        if not self._writing:
+            self._writing = True
+            try:
+                while self._writes:
+                    batch, self._writes = self._writes, []
+                    try:
+                        await self._write_batch(batch)
+                    except Exception as exc:  # noqa: BLE001  (each proposal of the batch meets it)
+                        for pending in batch:
+                            if not pending.done.done():
+                                pending.done.set_exception(exc)
+            finally:
+                self._writing = False
+        return await write.done
+
+    async def _write_batch(self, batch: Sequence[_Write]) -> None:
+        """One transaction for the batch's children and proposal log, then one round trip to
+        the queue for the children's tasks."""
+        children = [write.child for write in batch if write.child is not None]
+        async with self._transaction(proposals=True) as session:
+            inserted = await repository.insert_programs(session, children)
+            entries = [
+                write.entry
+                if write.child is None or write.child.id in inserted
+                else dataclasses.replace(
+                    write.entry,
+                    status=ProposalStatus.DUPLICATE,
+                    reason="already in the job",
+                    program_id=None,
+                )
+                for write in batch
+            ]
+            await repository.record_proposals(session, self._job.id, entries)
+        tasks = []
+        for write in batch:
+            if write.child is not None and write.child.id in inserted:
+                task = self._task(write.child, parent_scores=write.parent_scores, seed=write.seed)
+                self._in_flight[write.child.id] = _InFlight(
+                    program=write.child, holds_slot=True, task=task
+                )
+                tasks.append(task)
+        try:
+            await self._queue.submit_many(tasks)
+        except BaseException:  # not queued: nothing is in flight, and the end of the run sends it
+            for task in tasks:
+                self._in_flight.pop(task.program_id, None)
+            raise
+        for write in batch:
+            if write.child is None:
+                write.done.set_result(_Written.RECORDED)
+            elif write.child.id in inserted:
+                write.done.set_result(_Written.CHILD)
+            else:
+                write.done.set_result(_Written.DUPLICATE)
+
+    def _task(self, program: Program, *, parent_scores: dict[str, float], seed: int | None) -> Task:
+        return Task(
             program_id=program.id,
             job_id=self._job.id,
             problem=self._job.config.problem,  # what workers resolve, e.g. bundle:<sha>
@@ -395,9 +527,17 @@ class Controller:
             seed=seed if seed is not None else _derived_seed(self._config.seed, program),
             parent_scores=parent_scores,
             limits=self._config.sandbox,
-            attempt=attempts,
+            attempt=program.attempts,
         )
-        self._in_flight[program.id] = _InFlight(holds_slot=holds_slot, task=task)
+
+    async def _enqueue(self, program: Program, *, holds_slot: bool = False) -> None:
+        """Send a program already in the database again (a resume, a lost queue)."""
+        async with self._transaction() as session:
+            attempts = await repository.mark_enqueued(session, program.id)
+            parent_scores = await self._parent_scores(session, program)
+        program = dataclasses.replace(program, attempts=attempts)
+        task = self._task(program, parent_scores=parent_scores, seed=None)
+        self._in_flight[program.id] = _InFlight(program=program, holds_slot=holds_slot, task=task)
         try:
             await self._queue.submit(task)
         except BaseException:  # not queued: nothing is in flight, and the end of the run sends it
@@ -426,100 +566,139 @@ class Controller:
         parent = await repository.get_program(session, program.parent_id)
         return dict(parent.stage_scores) if parent else {}
 
-    async def _maintain_islands(
-        self, session: AsyncSession, index: int, rng: np.random.Generator
-    ) -> None:
-        """Migration and island resets, on fixed proposal indices so a resumed run keeps pace."""
+    async def _maintain_islands(self, index: int, rng: np.random.Generator) -> None:
+        """Migration and island resets, on fixed proposal indices so a resumed run keeps pace.
+        They go through the database's guarded statements; the mirror is then read back."""
         config = self._config
-        if index == 0:
+        migrating = bool(config.migration_interval) and index % config.migration_interval == 0
+        resetting = bool(config.reset_interval) and index % config.reset_interval == 0
+        if index == 0 or not (migrating or resetting):
             return
-        if config.migration_interval and index % config.migration_interval == 0:
-            await repository.migrate(session, self._job.id, migrants=config.migrants)
-        if config.reset_interval and index % config.reset_interval == 0:
-            reset = await repository.reset_islands(session, self._job.id, rng)
-            log.info("job %s: islands %s reset at proposal %d", self._job.id, reset, index)
+        try:
+            async with self._transaction() as session:
+                if migrating:
+                    await repository.migrate(session, self._job.id, migrants=config.migrants)
+                if resetting:
+                    reset = await repository.reset_islands(session, self._job.id, rng)
+                    log.info("job %s: islands %s reset at proposal %d", self._job.id, reset, index)
+                mirror = await ArchiveMirror.load(session, self._job.id)
+        except BaseException:
+            self._mirror = None
+            raise
+        self._mirror = mirror
 
     # -------------------------------------------------------------- results
 
     async def _consume_results(self) -> None:
         """Apply results until every proposal is resolved and nothing is in flight."""
         while not (self._stop_proposing.is_set() and not self._in_flight):
-            evaluation = await self._queue.next_result(RESULT_POLL_S)
-            if evaluation is None and self._stop_proposing.is_set() and not self._in_flight:
+            evaluations = await self._queue.next_results(RESULT_POLL_S, RESULT_BATCH)
+            if not evaluations and self._stop_proposing.is_set() and not self._in_flight:
                 # A proposal broken between inserting its child and enqueueing it (a database
                 # restart) leaves the child pending with no task: send it before ending.
                 await self._enqueue_stranded()
-            if evaluation is None:
+            if not evaluations:
                 continue
-            await self._apply(evaluation)
+            await self._apply(evaluations)
             self._on_progress(self.progress)
 
-    async def _apply(self, evaluation: Evaluation) -> None:
-        if evaluation.handoff is not None:  # unfinished: the next stage runs elsewhere
-            await self._hand_on(evaluation)
+    async def _apply(self, evaluations: Sequence[Evaluation]) -> None:
+        finals = []
+        for evaluation in evaluations:
+            if evaluation.handoff is not None:  # unfinished: the next stage runs elsewhere
+                await self._hand_on(evaluation)
+            else:
+                finals.append(evaluation)
+        if not finals:
             return
-        flight = self._in_flight.pop(evaluation.program_id, None)
-        cell = (
-            archive.cell_key(evaluation.features, self._problem.features)
-            if evaluation.status is ProgramStatus.EVALUATED
-            else None
-        )
-        async with self._transaction() as session:
-            program = await repository.get_program(session, evaluation.program_id)
-            applied = await repository.apply_evaluation(session, evaluation, cell=cell)
-            if applied and program is not None:
-                await self._archive(session, program, evaluation, cell)
-        if applied:
+        flights = {ev.program_id: self._in_flight.pop(ev.program_id, None) for ev in finals}
+        results = [(ev, self._cell(ev)) for ev in finals]
+        try:
+            async with self._transaction() as session:
+                applied_ids = await repository.apply_evaluations(session, results)
+                applied: dict[ProgramId, tuple[Program, Evaluation, CellKey | None]] = {}
+                known = {pid: flight.program for pid, flight in flights.items() if flight}
+                missing = [pid for pid in applied_ids if pid not in known]
+                known.update({p.id: p for p in await repository.get_programs(session, missing)})
+                for evaluation, cell in results:
+                    program = known.get(evaluation.program_id)
+                    if evaluation.program_id in applied_ids and program is not None:
+                        applied.setdefault(program.id, (program, evaluation, cell))
+                await self._archive_results(session, list(applied.values()))
+        except BaseException:
+            self._mirror = None  # it may hold what the rolled-back transaction wrote
+            raise
+        for program, evaluation, _cell in applied.values():
             self._count(evaluation)
             self._ledger.evaluated(evaluation)
-            if (
-                program is not None
-                and program.parent_id is None
-                and (evaluation.status is not ProgramStatus.EVALUATED)
-            ):
+            if program.parent_id is None and evaluation.status is not ProgramStatus.EVALUATED:
                 self._fail(f"the initial program did not pass: {evaluation.error or 'rejected'}")
-        if flight is not None and flight.holds_slot:
-            self._slots.release()
+        for flight in flights.values():
+            if flight is not None and flight.holds_slot:
+                self._slots.release()
 
-    async def _archive(
+    def _cell(self, evaluation: Evaluation) -> CellKey | None:
+        if evaluation.status is not ProgramStatus.EVALUATED:
+            return None
+        return archive.cell_key(evaluation.features, self._problem.features)
+
+    async def _archive_results(
         self,
         session: AsyncSession,
-        program: Program,
-        evaluation: Evaluation,
-        cell: tuple[int, ...] | None,
+        applied: Sequence[tuple[Program, Evaluation, CellKey | None]],
     ) -> None:
-        improved = [
-            case
-            for case in evaluation.cases
-            if case.key not in self._best_cases or case.cost < self._best_cases[case.key].cost
-        ]
-        if improved:
-            await repository.upsert_best_cases(session, self._job.id, program.id, improved)
-            for case in improved:
-                self._best_cases[case.key] = BestCase(
-                    key=case.key, cost=case.cost, detail=case.detail, program_id=program.id
+        """Best cases, elites and the job's best for a batch of applied results: statements only
+        for what changes, decided by the mirror and written through the guarded upserts."""
+        mirror = self._mirror or await ArchiveMirror.load(session, self._job.id)
+        self._mirror = mirror
+        improved_cases: list[BestCase] = []
+        elites: list[ProgramId] = []
+        best: tuple[ProgramId, float] | None = None
+        for program, evaluation, cell in applied:
+            for case in evaluation.cases:
+                held = self._best_cases.get(case.key)
+                if held is None or case.cost < held.cost:
+                    best_case = BestCase(
+                        key=case.key, cost=case.cost, detail=case.detail, program_id=program.id
+                    )
+                    self._best_cases[case.key] = best_case
+                    improved_cases.append(best_case)
+            score = evaluation.score
+            if evaluation.status is not ProgramStatus.EVALUATED or score is None or cell is None:
+                continue
+            if program.parent_id is None:  # the seed enters every island at its current epoch
+                targets = list(mirror.epochs.items())
+            else:
+                targets = [(program.island, program.epoch)]
+            for island, epoch in targets:
+                decided = mirror.offer(
+                    island=island, cell=cell, program_id=program.id, score=score, epoch=epoch
                 )
-        score = evaluation.score
-        if evaluation.status is not ProgramStatus.EVALUATED or score is None or cell is None:
-            return
-        if program.parent_id is None:  # the seed enters every island at its current epoch
-            targets = list((await repository.island_epochs(session, self._job.id)).items())
-        else:
-            targets = [(program.island, program.epoch)]
-        for island, epoch in targets:
-            await repository.add_elite(
-                session,
-                job_id=self._job.id,
-                island=island,
-                cell=cell,
-                program_id=program.id,
-                score=score,
-                epoch=epoch,
-            )
-        if self.progress.best_score is None or score > self.progress.best_score:
-            self.progress.best_score = score
-            await repository.update_job_best(session, self._job.id)
-        self._archive_changed.set()
+                if decided not in WRITTEN:
+                    continue
+                written = await repository.add_elite(
+                    session,
+                    job_id=self._job.id,
+                    island=island,
+                    cell=cell,
+                    program_id=program.id,
+                    score=score,
+                    epoch=epoch,
+                )
+                if written is not decided:  # someone else wrote: read the archive again
+                    log.warning("job %s: archive changed outside; reloading", self._job.id)
+                    self._mirror = None
+                elites.append(program.id)
+            if self.progress.best_score is None or score > self.progress.best_score:
+                self.progress.best_score = score
+                best = (program.id, score)
+        if improved_cases:
+            await repository.record_best_cases(session, self._job.id, improved_cases)
+        if best is not None:
+            await repository.set_job_best(session, self._job.id, *best)
+        if elites:
+            self._cache(await repository.get_programs(session, elites))
+            self._archive_changed.set()
 
     def _count(self, evaluation: Evaluation) -> None:
         if evaluation.status is ProgramStatus.EVALUATED:
@@ -563,8 +742,10 @@ class Controller:
         self._stop_proposing.set()
         self._archive_changed.set()
 
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._sessions, self._db_lock)
+    def _transaction(self, *, proposals: bool = False) -> _Transaction:
+        """An archive transaction, or with ``proposals`` one that writes proposals and children
+        (or only reads), which may overlap archive transactions where the database allows."""
+        return _Transaction(self._sessions, self._write_lock if proposals else self._db_lock)
 
 
 class _Transaction:
@@ -591,6 +772,11 @@ class _Transaction:
         finally:
             await self._session.close()
             self._lock.release()
+
+
+def _dialect(sessions: async_sessionmaker[AsyncSession]) -> str:
+    bind = sessions.kw.get("bind")
+    return str(bind.dialect.name) if bind is not None else "sqlite"
 
 
 def _view(program: Program) -> ProgramView:
