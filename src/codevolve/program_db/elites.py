@@ -162,12 +162,25 @@ async def sample(
 ) -> Sample | None:
     """A parent and inspirations from the island's elites; None while the island has none.
 
-    Three small queries: the island's epoch, its elites, the chosen programs.
+    Two small queries: the island's epoch with its elites (one join), the chosen programs.
     """
-    epoch = (await island_epochs(session, job_id)).get(island)
-    if epoch is None:
+    rows = (
+        await session.execute(
+            select(IslandRow.epoch, EliteRow.cell, EliteRow.program_id, EliteRow.score)
+            .select_from(IslandRow)
+            .outerjoin(
+                EliteRow,
+                (EliteRow.job_id == IslandRow.job_id) & (EliteRow.island == IslandRow.island),
+            )
+            .where(IslandRow.job_id == job_id, IslandRow.island == island)
+        )
+    ).all()
+    if not rows:
         raise ProgramDbError(f"job {job_id} has no island {island}")
-    elites = await island_elites(session, job_id, island)
+    epoch = int(rows[0].epoch)
+    elites = [
+        _elite(row.cell, row.program_id, row.score) for row in rows if row.program_id is not None
+    ]
     if not elites:
         return None
     parent = archive.choose_parent(

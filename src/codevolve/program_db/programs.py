@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, cast
 
-from sqlalchemy import CursorResult, Select, bindparam, func, insert, select, update
+from sqlalchemy import CursorResult, Row, Select, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.codec import case_from_list
@@ -45,7 +45,8 @@ _NO_SYNC = {"synchronize_session": False}  # updates go to the database; reads r
 # ------------------------------------------------------------------------------------ conversion
 
 
-def to_program(row: ProgramRow) -> Program:
+def to_program(row: ProgramRow | Row[Any]) -> Program:
+    """A program from its ORM row or a Core row of the programs table (same attribute names)."""
     return Program(
         id=row.id,
         job_id=row.job_id,
@@ -287,9 +288,8 @@ async def get_programs(session: AsyncSession, ids: Sequence[ProgramId]) -> list[
     """The programs of ``ids`` in the same order, in one query; unknown ids are left out."""
     if not ids:
         return []
-    rows = await session.scalars(
-        select(ProgramRow).where(ProgramRow.id.in_(set(ids))).execution_options(**_FRESH)
-    )
+    table = table_of(ProgramRow)  # Core rows: no identity map to keep (hot on sampling paths)
+    rows = await session.execute(select(table).where(table.c.id.in_(list(set(ids)))))
     by_id = {row.id: to_program(row) for row in rows}
     return [by_id[i] for i in ids if i in by_id]
 
