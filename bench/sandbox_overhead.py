@@ -36,11 +36,12 @@ from codevolve.problems.gemm_tiling.shapes import all_shapes
 LIMITS = SandboxLimits(wall_s=10.0, cpu_s=10.0, memory_mb=1024, output_bytes=65536)
 SET_UPS: dict[str, tuple[str, ...]] = {
     "every layer": (),
-    "no namespaces": ("unprivileged", "no_network", "private_ipc", "subreaper"),
+    "no namespaces": ("unprivileged", "no_network", "private_ipc", "private_shm", "subreaper"),
     "rlimits only": (
         "unprivileged",
         "no_network",
         "private_ipc",
+        "private_shm",
         "subreaper",
         "landlock",
         "seccomp",

@@ -171,3 +171,50 @@ async def test_circle_packing_improves_on_its_initial_program(tmp_path: Path) ->
     # Small steps: the longer runs measured in docs/openevolve.md go much further.
     assert report["best_score"] > report["initial_score"] + 1e-4
     assert report["best_score"] < 2.7  # the validator would refuse anything above the best known
+
+
+PROCESS_INITIAL = """\
+# EVOLVE-BLOCK-START
+X = 1.5
+# EVOLVE-BLOCK-END
+if __name__ == "__main__":
+    print(-((X - 3.0) ** 2))
+"""
+PROCESS_EVALUATOR = """\
+import multiprocessing
+import subprocess
+import sys
+
+
+def _score(path):
+    done = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=10)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-2000:])
+    return float(done.stdout)
+
+
+def evaluate(program_path):
+    with multiprocessing.Pool(2) as pool:
+        scores = pool.map(_score, [program_path] * 2)
+    return {"combined_score": scores[0], "agree": scores[0] == scores[1]}
+"""
+
+
+@pytest.mark.slow
+async def test_an_evaluator_that_runs_the_program_in_processes_drives_a_search(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "processes"
+    folder.mkdir()
+    (folder / "initial_program.py").write_text(PROCESS_INITIAL)
+    (folder / "evaluator.py").write_text(PROCESS_EVALUATOR)
+    config, _ = run_config_for(load_folder(folder), {"max_proposals": 12, "seed": 1})
+    db = tmp_path / "processes.sqlite"
+    result = await run_embedded(db_url=f"sqlite+aiosqlite:///{db}", config=config, workers=2)
+    report = result.report
+    assert result.state.value == "done" and report["proposals"] == 12
+    assert report["initial_score"] == pytest.approx(-2.25)  # run by the interpreter, in a Pool
+    assert report["best_score"] >= report["initial_score"]
+    with sqlite3.connect(db) as conn:
+        errors = [error for (error,) in conn.execute("select error from programs") if error]
+    assert not any("PermissionError" in error for error in errors), errors

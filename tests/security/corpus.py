@@ -9,8 +9,10 @@ honest score (what the returned configs earn, never more) is an acceptable end t
 ``needs``: the isolation layers of which at least one must be present to stop the attack; on a
 machine (or a pool set-up) with none of them the case is skipped with the reason. Sources may
 contain ``CANARY_DIR`` (a root-owned directory outside the sandbox holding a secret),
-``HOSTILE_TMP`` (a path in /tmp that must not exist afterwards), ``UNIX_SOCKET`` (a listening
-socket standing in for a database's) and ``WORKER_PID`` (the process that owns the pool).
+``HOSTILE_TMP`` (a path in /tmp that must not exist afterwards; its name is also used for
+POSIX semaphores and shared memory), ``UNIX_SOCKET`` (a listening socket standing in for a
+database's), ``WORKER_PID`` (the process that owns the pool) and ``MARKER`` (a token in the
+command line of the processes a candidate starts: none may be left running afterwards).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class Attack:
     needs: frozenset[str] = frozenset()  # isolation layers, any of which stops it
     costly: bool = False  # runs into a limit (seconds): tried under one pool set-up only
     landlock_abi: int = 1  # the Landlock ABI from which Landlock counts among ``needs``
+    twice: bool = False  # evaluated twice in a row: the second must not see the first's state
 
     @property
     def id(self) -> str:
@@ -222,7 +225,8 @@ ATTACKS: tuple[Attack, ...] = (
             "    except OSError:\n"
             "        pass\n",
         ),
-        honest_ok=True,  # run twice: the second evaluation must not see the first one's state
+        honest_ok=True,
+        twice=True,
     ),
     Attack(
         "caches_in_system_v_shared_memory",
@@ -238,6 +242,93 @@ ATTACKS: tuple[Attack, ...] = (
         DENIED,
         honest_ok=True,  # without seccomp: created, then removed after the call
         needs=frozenset({"seccomp", "private_ipc"}),
+    ),
+    Attack(
+        "caches_in_posix_semaphores_and_shared_memory",
+        "private_dev_shm_emptied_or_landlock",
+        program(
+            "if cached:\n    return GemmConfig(16, 16, 16, 1, 1, 1)\n",
+            module="import ctypes, os\n"
+            "from multiprocessing import shared_memory\n"
+            "name = os.path.basename('HOSTILE_TMP')\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "libc.sem_open.restype = ctypes.c_void_p\n"
+            "cached = bool(libc.sem_open(('/' + name).encode(), 0))  # left by an earlier call?\n"
+            "try:\n"
+            "    shared_memory.SharedMemory(name, create=False).close()\n"
+            "    cached = True\n"
+            "except OSError:  # none there, or no /dev/shm to look in\n"
+            "    pass\n"
+            "libc.sem_open(('/' + name).encode(), os.O_CREAT, 0o666, 1)\n"
+            "try:\n"
+            "    shared_memory.SharedMemory(name, create=True, size=16).close()\n"
+            "except OSError:\n"
+            "    pass\n",
+        ),
+        honest_ok=True,  # the semaphore is created (in a /dev/shm of the server's own) or refused
+        needs=frozenset({"private_shm", "landlock"}),
+        twice=True,
+    ),
+    # ------------------------------------------------------------------ processes it starts
+    Attack(
+        "runs_a_shell",
+        "landlock_executes_only_the_interpreter",
+        program(
+            module="import subprocess\n"
+            "subprocess.run(['/bin/sh', '-c', 'echo pwned > CANARY_DIR/planted.py'], check=True)\n"
+        ),
+        DENIED,
+        needs=frozenset({"landlock"}),
+    ),
+    Attack(
+        "runs_a_binary_it_wrote",
+        "landlock_no_execution_in_the_call_dir",
+        program(
+            module="import os, subprocess, sys\n"
+            "with open('tool', 'w') as tool:  # run by the interpreter, which may be executed\n"
+            "    tool.write(f'#!{sys.executable}\\nprint(\"ran\")\\n')\n"
+            "os.chmod('tool', 0o755)\n"
+            "subprocess.run(['./tool'], check=True)\n"
+        ),
+        DENIED,
+        needs=frozenset({"landlock"}),
+    ),
+    Attack(
+        "runs_a_shell_through_the_elf_loader",
+        "landlock_and_uid_hold_what_runs",
+        program(
+            module="import glob, subprocess\n"
+            "loader = sorted(glob.glob('/lib64/ld-linux*') + glob.glob('/lib/ld-linux*'))[0]\n"
+            "shell = [loader, '/bin/sh', '-c', 'echo pwned > CANARY_DIR/planted.py']\n"
+            "subprocess.run(shell, check=True)  # the loader may run; what it runs is held\n"
+        ),
+        ("returned non-zero exit status",),
+        needs=FILE_LAYERS,
+    ),
+    Attack(
+        "leaves_a_grandchild_running",
+        "subreaper_sweep",
+        program(
+            module="import subprocess, sys\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)  # MARKER'],\n"
+            "                 start_new_session=True)  # out of the child's process group\n"
+        ),
+        honest_ok=True,  # the call ends evaluated; the grandchild must not outlive it
+        needs=frozenset({"subreaper"}),
+    ),
+    Attack(
+        "grandchild_outlives_the_timeout",
+        "group_kill_and_subreaper_sweep",
+        program(
+            "while True:\n    time.sleep(0.01)\n",
+            module="import subprocess, sys, time\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)  # MARKER'])\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)  # MARKER'],\n"
+            "                 start_new_session=True)\n",
+        ),
+        TIMEOUT,
+        needs=frozenset({"subreaper"}),
+        costly=True,
     ),
     # ------------------------------------------------------------------ network
     Attack(

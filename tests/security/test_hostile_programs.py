@@ -2,8 +2,9 @@
 
 Each case names the attack and the defence that stops it
 (``fork_bomb->rlimit_nproc_and_group_kill``). Every case runs under the pool set-ups a machine
-may have: every layer; no namespaces and no unprivileged uid (a worker that is not root); no
-Landlock and no seccomp (an old kernel, as root). A case whose defences a set-up lacks is skipped
+may have: every layer; no namespaces, no private /dev/shm and no unprivileged uid (a worker that
+is not root; it still has the subreaper, which needs no privilege); no Landlock and no seccomp (an
+old kernel, as root). A case whose defences a set-up lacks is skipped
 with that reason; a case that reaches a limit runs under one set-up only, to keep the suite fast.
 After each, the evaluation has ended failed (or evaluated with the honest score), the pool serves
 the next program, and nothing outside the sandbox changed.
@@ -34,7 +35,7 @@ from tests.security.corpus import ATTACKS, Attack
 LIMITS = SandboxLimits(wall_s=2.0, cpu_s=2.0, memory_mb=256, output_bytes=4096)
 SET_UPS: dict[str, tuple[str, ...]] = {
     "all_layers": (),
-    "no_namespaces": ("unprivileged", "no_network", "private_ipc", "subreaper"),
+    "no_namespaces": ("unprivileged", "no_network", "private_ipc", "private_shm"),
     "no_landlock_no_seccomp": ("landlock", "seccomp"),
 }
 SECRETS = {  # in the worker's environment while the pools start: none may reach a candidate
@@ -70,6 +71,7 @@ class Scene:
         self.listener.listen()
         self.listener.setblocking(False)
         self.hostile_tmp = Path("/tmp") / f"codevolve-hostile-{uuid.uuid4().hex}"
+        self.marker = f"codevolve-marker-{uuid.uuid4().hex}"
 
     def source(self, attack: Attack) -> str:
         return (
@@ -77,7 +79,22 @@ class Scene:
             .replace("HOSTILE_TMP", str(self.hostile_tmp))
             .replace("UNIX_SOCKET", str(self.socket_path))
             .replace("WORKER_PID", str(os.getpid()))
+            .replace("MARKER", self.marker)
         )
+
+    def leftovers(self) -> list[str]:
+        """What a candidate left outside the sandbox: files, and processes it started."""
+        name = self.hostile_tmp.name
+        places = [self.hostile_tmp, Path("/dev/shm") / name, Path("/dev/shm") / f"sem.{name}"]
+        found = [str(place) for place in places if place.exists()]
+        marker = self.marker.encode()
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and marker in (entry / "cmdline").read_bytes():
+                    found.append(f"process {entry.name}")
+            except OSError:  # it ended meanwhile
+                continue
+        return found
 
     def fingerprint(self) -> dict[str, str]:
         return {
@@ -195,12 +212,12 @@ def test_a_hostile_program_is_stopped_and_changes_nothing_outside(
 
     evaluation = _evaluate(problem, pool, source)
     _assert_contained(attack, evaluation)
-    if attack.name == "caches_across_evaluations":
+    if attack.twice:
         _assert_contained(attack, _evaluate(problem, pool, source))
 
     assert scene.fingerprint() == before
     assert scene.nobody_connected()
-    assert _eventually(lambda: not scene.hostile_tmp.exists())
+    assert _eventually(lambda: not scene.leftovers()), scene.leftovers()
     assert _eventually(lambda: len(_server_children(pool)) == 1)  # only the next call's child
     reply = pool.call("def f(x):\n    return x + 1\n", "f", [[41]], LIMITS)
     assert reply.values == (42,), reply

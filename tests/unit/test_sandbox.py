@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +17,7 @@ import pytest
 
 from codevolve.core.config import SandboxLimits
 from codevolve.core.problem import SandboxErrorKind, SandboxReply
+from codevolve.evaluator_workers import _confine
 from codevolve.evaluator_workers.errors import SandboxUnavailable
 from codevolve.evaluator_workers.sandbox import Isolation, SandboxPool
 
@@ -430,12 +433,21 @@ def test_an_unknown_isolation_layer_is_refused_by_name() -> None:
 
 
 def test_disabled_layers_are_reported_off_and_the_rest_as_the_machine_allows() -> None:
-    everything = ("unprivileged", "no_network", "private_ipc", "subreaper", "landlock", "seccomp")
+    everything = (
+        "unprivileged",
+        "no_network",
+        "private_ipc",
+        "private_shm",
+        "subreaper",
+        "landlock",
+        "seccomp",
+    )
     with SandboxPool(size=1, disabled=everything) as bare:
         assert bare.isolation == Isolation(
             unprivileged=False,
             no_network=False,
             private_ipc=False,
+            private_shm=False,
             subreaper=False,
             landlock=False,
             seccomp=False,
@@ -465,3 +477,126 @@ def test_landlock_and_seccomp_apply_where_the_kernel_has_them(pool: SandboxPool)
     assert denied == ["Operation not permitted", *["Permission denied"] * 3]
     assert own_file == "ok"
     assert own_fds == ["0", "1", "2"]
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+def test_the_candidate_may_run_the_interpreter_and_nothing_else(pool: SandboxPool) -> None:
+    source = (
+        "import os, subprocess, sys\n"
+        "def f():\n"
+        "    ran = subprocess.run([sys.executable, '-c', 'print(6 * 7)'], capture_output=True,\n"
+        "                         text=True, timeout=30)\n"
+        "    with open('tool', 'w') as tool:\n"
+        "        tool.write(f'#!{sys.executable}\\nprint(1)\\n')\n"
+        "    os.chmod('tool', 0o755)\n"
+        "    refused = []\n"
+        "    for command in (['/bin/sh', '-c', 'true'], ['./tool']):\n"
+        "        try:\n"
+        "            subprocess.run(command, timeout=30)\n"
+        "            refused.append('ran')\n"
+        "        except PermissionError as exc:\n"
+        "            refused.append(exc.strerror)\n"
+        "    return ran.stdout, ran.stderr, refused\n"
+    )
+    stdout, stderr, refused = _only_value(pool.call(source, "f", [[]], LIMITS))
+    assert (stdout, stderr) == ("42\n", "")
+    if pool.isolation and pool.isolation.landlock:  # no execution but the interpreter's
+        assert refused == ["Permission denied", "Permission denied"]
+
+
+PROBE = """\
+import os, socket
+for attempt in (lambda: socket.socket(), lambda: open('/tmp/x', 'w'),
+                lambda: os.listdir('/proc'), lambda: __import__('codevolve')):
+    try:
+        attempt()
+        print('allowed')
+    except (PermissionError, ImportError) as exc:
+        print(type(exc).__name__)
+try:
+    held = bytearray(1 << 30)  # 1 GiB, past the call's memory limit
+    print('allowed')
+except MemoryError:
+    print('MemoryError')
+print(sorted(os.environ))
+"""
+
+
+def test_the_interpreter_run_by_a_candidate_is_held_like_the_candidate(pool: SandboxPool) -> None:
+    isolation = pool.isolation
+    if not (isolation and isolation.landlock and isolation.seccomp):
+        pytest.skip(f"this kernel lacks Landlock or seccomp: {isolation}")
+    source = (
+        "import subprocess, sys\n"
+        "def f(probe):\n"
+        "    ran = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True)\n"
+        "    return ran.stdout.splitlines(), ran.stderr\n"
+    )
+    lines, stderr = _only_value(pool.call(source, "f", [[PROBE]], LIMITS))
+    assert lines == [
+        "PermissionError",
+        "PermissionError",
+        "PermissionError",
+        "ModuleNotFoundError",
+        "MemoryError",
+        "['HOME', 'LANG', 'PATH', 'TMPDIR']",
+    ], stderr
+
+
+def test_multiprocessing_works_and_dev_shm_is_private_and_emptied_after_each_call(
+    pool: SandboxPool,
+) -> None:
+    if not (pool.isolation and pool.isolation.private_shm):
+        pytest.skip("a /dev/shm of the server's own needs root (a mount namespace)")
+    source = (
+        "import multiprocessing, os\n"
+        "def square(x):\n"
+        "    return x * x\n"
+        "def f():\n"
+        "    seen = sorted(os.listdir('/dev/shm'))\n"
+        "    with multiprocessing.Pool(2) as workers:\n"
+        "        squares = workers.map(square, range(5))\n"
+        "    queue = multiprocessing.Queue()\n"
+        "    child = multiprocessing.Process(target=queue.put, args=(squares,))\n"
+        "    child.start()\n"
+        "    got = queue.get(timeout=30)\n"
+        "    child.join(30)\n"
+        "    open('/dev/shm/state', 'w').write('left for the next call')\n"
+        "    return seen, got\n"
+    )
+    before = set(os.listdir("/dev/shm"))
+    for _ in range(3):  # two servers: some call runs where an earlier one left its file
+        assert _only_value(pool.call(source, "f", [[]], LIMITS)) == [[], [0, 1, 4, 9, 16]]
+    assert set(os.listdir("/dev/shm")) == before
+
+
+def test_a_grandchild_interpreter_is_killed_with_its_call_at_the_wall_limit(
+    pool: SandboxPool,
+) -> None:
+    source = (
+        "import subprocess, sys, time\n"
+        "def f():\n"
+        "    sleeper = [sys.executable, '-c', 'import time; time.sleep(1000)']\n"
+        "    for escape in (False, True):\n"
+        "        child = subprocess.Popen(sleeper, start_new_session=escape)\n"
+        "        print(child.pid, flush=True)\n"
+        "    while True:\n"
+        "        time.sleep(0.01)\n"
+    )
+    reply = pool.call(source, "f", [[]], SHORT)
+    assert reply.error_kind is SandboxErrorKind.TIMEOUT
+    in_group, escaped = (int(pid) for pid in reply.stdout.split())
+    assert _eventually_dead(in_group)
+    if pool.isolation and pool.isolation.subreaper:
+        assert _eventually_dead(escaped)
+
+
+def test_only_the_interpreter_and_its_loader_may_be_executed() -> None:
+    plan = _confine.Plan(ctypes.CDLL(None, use_errno=True), landlock=True, seccomp=False)
+    if not plan.abi:
+        pytest.skip("this kernel lacks Landlock")
+    executable, *loader = plan.run_files
+    assert executable == os.path.realpath(sys.executable)
+    assert [os.path.basename(path).startswith("ld-") for path in loader] == [True]

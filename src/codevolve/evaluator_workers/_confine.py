@@ -4,10 +4,14 @@ Stdlib-only, like :mod:`._cage`, which applies both after it has dropped privile
 ``no_new_privs`` (which both need) and before it reads its request. Neither needs root, so they are
 the layers that still hold where namespaces and an unprivileged uid are not available:
 
-- Landlock (Linux 5.13+): the child may write only beneath its own call directory, read only the
-  Python installation (without this project's package), its own ``/proc/<pid>`` and a few device
-  files (not ``/proc`` of other processes, not ``/tmp``, not the worker's files), open no TCP
-  connection (ABI 4+) and signal no process outside its own domain (ABI 6+).
+- Landlock (Linux 5.13+): the child may write only beneath its own call directory (and the
+  server's private ``/dev/shm``, where it has one), read only the Python installation (without
+  this project's package), its own ``/proc/<pid>`` and a few device files (not ``/proc`` of other
+  processes, not ``/tmp``, not the worker's files), execute only the interpreter (and its ELF
+  loader: ``subprocess.run([sys.executable, ...])`` works, ``/bin/sh`` or a binary written in the
+  call directory does not; the loader can still map any file it may read, as ``ctypes`` can, and
+  what runs so is held by the same rules), open no TCP connection (ABI 4+) and signal no process
+  outside its own domain (ABI 6+).
 - seccomp: ``socket()`` fails for every address family (so no TCP, UDP, Unix or netlink socket),
   and so do the calls that reach into other processes (ptrace, process_vm_readv/writev,
   pidfd_getfd), namespaces and mounts, io_uring (whose requests would bypass this filter), bpf,
@@ -25,6 +29,7 @@ import ctypes
 import errno
 import os
 import platform
+import stat
 import struct
 import sys
 from collections.abc import Sequence
@@ -170,12 +175,22 @@ FS_ALL_V1 = (1 << 13) - 1  # execute .. make_sym
 FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15  # ABI 2, 3, 5
 NET_BIND_TCP, NET_CONNECT_TCP = 1, 2  # ABI 4
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2  # ABI 6
-READ_ONLY = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+READ_ONLY = FS_READ_FILE | FS_READ_DIR  # execution is granted to the interpreter's files only
+RUN = FS_EXECUTE | FS_READ_FILE
 FILE_ACCESS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
-# Read-only outside the Python installation: shared libraries, the loader's cache, the clock.
-SYSTEM_READ = ("/usr", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/localtime")
+# Read-only outside the Python installation: shared libraries, the loader's cache, the clock, the
+# CPU count (os.cpu_count(), which multiprocessing.Pool() asks).
+SYSTEM_READ = (
+    "/usr",
+    "/lib",
+    "/lib64",
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/sys/devices/system/cpu/online",
+)
 DEVICES_READ = ("/dev/zero", "/dev/urandom", "/dev/random")
 DEVICES_WRITE = ("/dev/null",)
+PT_INTERP = 3  # the ELF program header naming the loader
 
 
 def landlock_abi(libc: ctypes.CDLL) -> int:
@@ -194,10 +209,10 @@ def _handled_fs(abi: int) -> int:
     return handled
 
 
-def _install_landlock(
-    call_dir: str, *, abi: int, read_paths: Sequence[str], libc: ctypes.CDLL
-) -> None:
+def _install_landlock(call_dir: str, *, plan: Plan, libc: ctypes.CDLL) -> None:
+    abi = plan.abi
     handled = _handled_fs(abi)
+    writable = handled & ~FS_EXECUTE  # what is written there can be read, never run
     net = NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0  # no rule: every TCP port denied
     scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
     attr = struct.pack("=QQQ", handled, net, scoped)[: 8 if abi < 4 else 16 if abi < 6 else 24]
@@ -206,13 +221,17 @@ def _install_landlock(
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "cannot create a Landlock ruleset")
     try:
-        for path in (*read_paths, f"/proc/{os.getpid()}"):
+        for path in (*plan.read_paths, f"/proc/{os.getpid()}"):
             _allow(ruleset, path, READ_ONLY, handled=handled, libc=libc)
-        for path in DEVICES_READ:
+        for path in (*DEVICES_READ, *plan.read_files):
             _allow(ruleset, path, FS_READ_FILE, handled=handled, libc=libc)
+        for path in plan.run_files:
+            _allow(ruleset, path, RUN, handled=handled, libc=libc)
         for path in DEVICES_WRITE:
             _allow(ruleset, path, FS_READ_FILE | FS_WRITE_FILE, handled=handled, libc=libc)
-        _allow(ruleset, call_dir, handled, handled=handled, libc=libc, required=True)
+        if plan.shm_dir is not None:
+            _allow(ruleset, plan.shm_dir, writable, handled=handled, libc=libc, required=True)
+        _allow(ruleset, call_dir, writable, handled=handled, libc=libc, required=True)
         if libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
             raise OSError(ctypes.get_errno(), "cannot enforce the Landlock ruleset")
     finally:
@@ -232,6 +251,55 @@ def _python_paths() -> set[str]:
     for root in roots:
         allowed.update(_all_but(os.path.realpath(root), project))
     return allowed
+
+
+def _interpreter_files(read_paths: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The files a child needs, beyond ``read_paths``, to run the interpreter again: to execute,
+    the interpreter and its ELF loader; to read, the shared libraries this process mapped (say a
+    ``libpython`` beside the standard library) and the virtual environment's ``pyvenv.cfg``."""
+    executable = os.path.realpath(sys.executable)
+    run = [executable]
+    loader = _elf_interpreter(executable)
+    if loader is not None:
+        run.append(os.path.realpath(loader))
+    mapped: set[str] = set()
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6 and fields[4] != "0" and fields[5].startswith("/"):
+                    mapped.add(os.path.realpath(fields[5].strip()))
+    except OSError:
+        pass
+    venv = os.path.dirname(os.path.abspath(sys.executable))
+    configs = {os.path.join(folder, "pyvenv.cfg") for folder in (venv, os.path.dirname(venv))}
+    roots = tuple(path.rstrip(os.sep) + os.sep for path in read_paths)
+    read = sorted(
+        path
+        for path in mapped | {os.path.realpath(config) for config in configs}
+        if path not in run and not path.startswith(roots) and os.path.isfile(path)
+    )
+    return [path for path in run if os.path.isfile(path)], read
+
+
+def _elf_interpreter(path: str) -> str | None:
+    """The loader a 64-bit little-endian ELF executable names (PT_INTERP); None if none."""
+    try:
+        with open(path, "rb") as elf:
+            header = elf.read(64)
+            if header[:6] != b"\x7fELF\x02\x01":  # ELF, 64-bit, little-endian
+                return None
+            (table,) = struct.unpack_from("<Q", header, 32)  # e_phoff
+            size, count = struct.unpack_from("<HH", header, 54)  # e_phentsize, e_phnum
+            for index in range(count):
+                elf.seek(table + index * size)
+                kind, _, offset, _, _, length = struct.unpack("<IIQQQQ", elf.read(40))
+                if kind == PT_INTERP:
+                    elf.seek(offset)
+                    return elf.read(length).split(b"\0", 1)[0].decode()
+    except (OSError, struct.error, UnicodeDecodeError):
+        return None
+    return None
 
 
 def _all_but(path: str, excluded: str) -> list[str]:
@@ -260,7 +328,7 @@ def _allow(
             raise
         return  # a path this machine lacks (say /lib64): nothing to allow
     try:
-        if not os.path.isdir(f"/proc/self/fd/{fd}"):
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
             access &= FILE_ACCESS  # directory rights on a file are refused by the kernel
         rule = struct.pack("=Qi", access & handled, fd)
         buffer = ctypes.create_string_buffer(rule, len(rule))
@@ -276,9 +344,15 @@ def _allow(
 class Plan:
     """The confinement the server prepares once, so that each child only makes system calls."""
 
-    def __init__(self, libc: ctypes.CDLL, *, landlock: bool, seccomp: bool) -> None:
+    def __init__(
+        self, libc: ctypes.CDLL, *, landlock: bool, seccomp: bool, shm_dir: str | None = None
+    ) -> None:
         self.abi = landlock_abi(libc) if landlock else 0  # 0: no Landlock
         self.read_paths = sorted({*SYSTEM_READ, *_python_paths()}) if self.abi else []
+        self.run_files, self.read_files = (
+            _interpreter_files(self.read_paths) if self.abi else ([], [])
+        )
+        self.shm_dir = shm_dir  # writable too: a /dev/shm of the server's own, emptied per call
         seccomp = seccomp and platform.machine() in DENIED
         self.seccomp = _seccomp_filter() if seccomp else None
 
@@ -287,10 +361,14 @@ class Plan:
         return {"landlock": self.abi > 0, "seccomp": self.seccomp is not None}
 
 
-def prepare(libc: ctypes.CDLL, *, wanted: frozenset[str], call_dir: str) -> Plan:
+def prepare(
+    libc: ctypes.CDLL, *, wanted: frozenset[str], call_dir: str, shm_dir: str | None = None
+) -> Plan:
     """The plan of the layers (``landlock``, ``seccomp``) that are ``wanted`` and that a child
-    can apply here: tried in a throwaway forked child, since both are irreversible."""
-    plan = Plan(libc, landlock="landlock" in wanted, seccomp="seccomp" in wanted)
+    can apply here: tried in a throwaway forked child, since both are irreversible. ``shm_dir``:
+    a private ``/dev/shm`` that children may write (POSIX semaphores), or None."""
+    landlock, seccomp = "landlock" in wanted, "seccomp" in wanted
+    plan = Plan(libc, landlock=landlock, seccomp=seccomp, shm_dir=shm_dir)
     pid = os.fork()
     if pid == 0:
         status = 1
@@ -302,13 +380,13 @@ def prepare(libc: ctypes.CDLL, *, wanted: frozenset[str], call_dir: str) -> Plan
         finally:
             os._exit(status)
     if os.waitpid(pid, 0)[1] != 0:
-        return Plan(libc, landlock=False, seccomp=False)
+        return Plan(libc, landlock=False, seccomp=False, shm_dir=shm_dir)
     return plan
 
 
 def confine(call_dir: str, *, plan: Plan, libc: ctypes.CDLL) -> None:
     """Apply the plan; OSError if a layer cannot be applied. Needs no_new_privs."""
     if plan.abi:
-        _install_landlock(call_dir, abi=plan.abi, read_paths=plan.read_paths, libc=libc)
+        _install_landlock(call_dir, plan=plan, libc=libc)
     if plan.seccomp is not None:
         _install_seccomp(plan.seccomp, libc=libc)

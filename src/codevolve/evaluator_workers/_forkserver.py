@@ -18,7 +18,9 @@ or the wall limit passes; after the reply the server kills what is left of the c
 and removes its directory (and, where Landlock or seccomp are missing, what the child could leave
 elsewhere: see :mod:`._leftovers`). The server moves itself into an empty network namespace and
 an IPC namespace of its own where it may, and becomes the subreaper of its children's orphans, so
-that descendants which left the child's group are killed after each call too.
+that descendants which left the child's group are killed after each call too. As root it also
+mounts a small tmpfs of its own on ``/dev/shm`` (in a mount namespace of its own), where children
+may create the POSIX semaphores ``multiprocessing`` needs; it is emptied after each call.
 """
 
 from __future__ import annotations
@@ -53,10 +55,22 @@ CLONE_NEWNET = 0x40000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWNS = 0x00020000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
+MS_NOEXEC = 8
 PR_SET_CHILD_SUBREAPER = 36
+SHM_DIR = "/dev/shm"  # where glibc creates POSIX semaphores and shared memory (sem_open, shm_open)
+# The private /dev/shm: room for semaphores and modest shared arrays, not for a RAM disk.
+SHM_OPTIONS = b"mode=1777,size=64m,nr_inodes=4096"
 CHILD_KINDS = frozenset({"exception", "invalid_output", "load_error", "memory"})
 LAYERS = frozenset(
-    {"unprivileged", "no_network", "private_ipc", "subreaper", "landlock", "seccomp"}
+    {
+        "unprivileged",
+        "no_network",
+        "private_ipc",
+        "private_shm",
+        "subreaper",
+        "landlock",
+        "seccomp",
+    }
 )
 
 
@@ -74,18 +88,36 @@ def main(argv: list[str]) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     gc.freeze()  # the collector of a child then skips, so never copies, what the server holds
     os.chmod(root, 0o711)  # children may enter their own dirs in it, not list them
-    identity = _sandbox_identity(uid, root=root, libc=libc) if "unprivileged" in wanted else None
+    # As root, a mount namespace of the server's own (its mounts private: nothing mounted in it
+    # shows outside) for a private /dev/shm and for exposing a Python under a private home.
+    mounts = (
+        os.geteuid() == 0
+        and not wanted.isdisjoint({"unprivileged", "private_shm"})
+        and libc.unshare(CLONE_NEWNS) == 0
+        and libc.mount(None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) == 0
+    )
+    identity = (
+        _sandbox_identity(uid, root=root, mounts=mounts, libc=libc)
+        if "unprivileged" in wanted
+        else None
+    )
     isolation = {
         "unprivileged": identity is not None,
         "no_network": "no_network" in wanted and libc.unshare(CLONE_NEWNET) == 0,
         "private_ipc": "private_ipc" in wanted and libc.unshare(CLONE_NEWIPC) == 0,
+        "private_shm": "private_shm" in wanted and mounts and _private_shm(libc),
         "subreaper": "subreaper" in wanted and libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0,
     }
-    plan = _confine.prepare(libc, wanted=wanted, call_dir=root)
+    shm_dir = SHM_DIR if isolation["private_shm"] else None
+    plan = _confine.prepare(libc, wanted=wanted, call_dir=root, shm_dir=shm_dir)
     isolation.update(plan.layers)
     private_ipc = isolation["private_ipc"]
     write_all(reply_fd, frame({"ready": True, "isolation": isolation}))
-    call = _Call(root=root, identity=identity, plan=plan, private_ipc=private_ipc, libc=libc)
+
+    def fork_call() -> _Call:
+        return _Call(root=root, identity=identity, plan=plan, private_ipc=private_ipc, libc=libc)
+
+    call = fork_call()
     try:
         while (request := receive(request_fd)) is not None:
             try:
@@ -94,9 +126,7 @@ def main(argv: list[str]) -> int:
                 _kill_group(call.pid)
             # The next child is forked before this one is reaped and its files removed, so that
             # waiting for a dying process delays no caller.
-            spare = _Call(
-                root=root, identity=identity, plan=plan, private_ipc=private_ipc, libc=libc
-            )
+            spare = fork_call()
             call.clean_up(keep=spare.pid)
             call = spare
     except BrokenPipeError:  # the pool went away mid-call
@@ -107,21 +137,37 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _sandbox_identity(uid: int, *, root: str, libc: ctypes.CDLL) -> tuple[int, int] | None:
+def _sandbox_identity(
+    uid: int, *, root: str, mounts: bool, libc: ctypes.CDLL
+) -> tuple[int, int] | None:
     """The (uid, gid) children run as: ``uid`` where it can import all that the server can.
 
     A Python installed under a private home (say /root/.pyenv) is out of an unprivileged uid's
-    reach; then the server, in a mount namespace of its own, covers each blocking directory with an
-    empty tmpfs and binds back only the paths it needs. Where that fails too, children keep the
-    server's uid (None).
+    reach; then the server, in its mount namespace (``mounts``), covers each blocking directory
+    with an empty tmpfs and binds back only the paths it needs: those on ``sys.path`` and the
+    interpreter's, which children may run again. Where that fails, children keep the server's
+    uid (None).
     """
     if uid < 0 or os.geteuid() != 0:
         return None
     directories = [path for path in sys.path if os.path.isdir(path)]
+    interpreter = os.path.dirname(os.path.realpath(sys.executable))
     if _can_use_as(uid, directories=directories, root=root):
+        if mounts:  # only a subprocess needs the interpreter: exposing it is best effort
+            _expose(_blocked([interpreter]), libc=libc)
         return uid, uid
-    exposed = _expose(_blocked([*directories, root]), libc=libc)
+    exposed = mounts and _expose(_blocked([*directories, interpreter, root]), libc=libc)
     return (uid, uid) if exposed and _can_use_as(uid, directories=directories, root=root) else None
+
+
+def _private_shm(libc: ctypes.CDLL) -> bool:
+    """Mount an empty, small tmpfs of the server's own on /dev/shm (no exec, no devices, no
+    set-uid), where children may create POSIX semaphores; it is emptied after each call. Call
+    in the server's own mount namespace only."""
+    if not os.path.isdir(SHM_DIR):
+        return False
+    flags = ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    return bool(libc.mount(b"tmpfs", SHM_DIR.encode(), b"tmpfs", flags, SHM_OPTIONS) == 0)
 
 
 def _can_use_as(uid: int, *, directories: list[str], root: str) -> bool:
@@ -156,10 +202,10 @@ def _blocked(paths: list[str]) -> dict[str, set[str]]:
 
 
 def _expose(blocked: dict[str, set[str]], *, libc: ctypes.CDLL) -> bool:
-    if not blocked or libc.unshare(CLONE_NEWNS) != 0:
+    """Cover each blocked directory with a tmpfs, binding back its entries that are needed.
+    Call in the server's own mount namespace only."""
+    if not blocked:
         return False
-    if libc.mount(None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) != 0:
-        return False  # private first: nothing done here may show outside this namespace
     for directory, entries in blocked.items():
         handles = {entry: os.open(entry, os.O_PATH) for entry in entries}
         flags = ctypes.c_ulong(MS_NOSUID | MS_NODEV)
@@ -197,6 +243,8 @@ class _Call:
         # Without seccomp a child can create System V IPC objects; in a private namespace all
         # of them are its, and they are removed after the call.
         self.clear_ipc = private_ipc and plan.seccomp is None
+        # The private /dev/shm holds only what this server's children made: emptied whole.
+        self.clear_shm = plan.shm_dir
         if identity is not None:
             os.chown(self.dir, *identity)
         # Output files are unnamed and held open here, so a candidate cannot swap them for a link.
@@ -246,6 +294,8 @@ class _Call:
             _leftovers.remove_files_of(self.leftovers_of)
         if self.clear_ipc:
             _leftovers.remove_ipc_objects(self.libc)
+        if self.clear_shm is not None:
+            _leftovers.empty(self.clear_shm)
 
     def _reap(self, watched: _Watched) -> None:
         _kill_group(self.pid)  # before it is reaped, so that its group id cannot be reused

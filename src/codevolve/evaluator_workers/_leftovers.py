@@ -34,6 +34,17 @@ def remove_files_of(uid: int) -> None:
                         os.unlink(entry.path)
 
 
+def empty(directory: str) -> None:
+    """Remove everything in ``directory`` (a tmpfs of the server's own), keeping it."""
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+
+
 def remove_ipc_objects(libc: ctypes.CDLL) -> None:
     """Remove every System V shared memory segment, semaphore set and message queue of this
     process's IPC namespace (call only in a namespace of the server's own)."""

@@ -52,6 +52,7 @@ class Isolation:
     unprivileged: bool  # candidates run as an unprivileged uid (the worker runs as root)
     no_network: bool  # candidates live in an empty network namespace
     private_ipc: bool  # System V IPC in a namespace of the server's own, emptied after each call
+    private_shm: bool  # a /dev/shm of the server's own (POSIX semaphores), emptied after each call
     subreaper: bool  # descendants that leave the child's process group are killed too
     landlock: bool  # writes only in the call dir, no reads of others' /proc or files, no TCP
     seccomp: bool  # socket(), ptrace, namespaces, io_uring and the like fail with EPERM

@@ -47,6 +47,9 @@ def run_evaluator(
         source.write(program)
     sys.path.insert(0, folder)
     os.chdir(folder)
+    # A process started with multiprocessing's "spawn" re-imports __main__, here the sandbox's
+    # server, which it cannot read: an empty __main__ stands in, as for an interactive session.
+    sys.modules["__main__"] = types.ModuleType("__main__")
     _provide_evaluation_result()
     try:
         module = _load(os.path.join(folder, *evaluator.split("/")))
@@ -62,8 +65,23 @@ def run_evaluator(
         import traceback
 
         text = "".join(traceback.format_exception(exc))
-        return _error(f"{function} raised {type(exc).__name__}: {exc}", text[-TRACEBACK_CHARS:])
+        message = f"{function} raised {type(exc).__name__}: {exc}{_sandbox_hint(exc, text)}"
+        return _error(message, text[-TRACEBACK_CHARS:])
     return _plain_result(result, function)
+
+
+def _sandbox_hint(exc: BaseException, trace: str) -> str:
+    """Why the sandbox refused, for the refusals an evaluator written for OpenEvolve may meet."""
+    if not isinstance(exc, PermissionError):
+        return ""
+    if "_execute_child" in trace or "spawnv_passfds" in trace:
+        return " (the sandbox lets an evaluator execute only the interpreter, sys.executable)"
+    if "SemLock" in trace or "shm_open" in trace:
+        return (
+            " (multiprocessing needs POSIX semaphores in /dev/shm, which this worker's sandbox"
+            " does not offer: a worker running as root gives each sandbox a /dev/shm of its own)"
+        )
+    return ""
 
 
 async def _awaited(result: Any) -> Any:
