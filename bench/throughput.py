@@ -11,7 +11,9 @@ Prints, in one run:
    process with that many slots (the fleet's own scaling);
 3. p50/p99 latency of sampling a parent and inspirations with 10^4, 10^5 and 10^6 programs of one
    job in Postgres (bulk-loaded with COPY), an island of 100 cells (sampling reads the island's
-   elites, so its cost follows the cells, not the population; gemm-tiling has 64 cells).
+   elites, so its cost follows the cells, not the population; gemm-tiling has 64 cells): the
+   stateless SQL sampler (one session per draw), and the controller's own, which draws from its
+   in-memory copy of the archive and fetches only the programs its cache lacks.
 
 The evaluator here is trusted bench code that never runs the candidate: what is measured is the
 controller, the database, the queue and the worker loop, not a problem. The machine's load average
@@ -36,12 +38,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import numpy as np
 from sqlalchemy.engine import make_url
 
 from codevolve.core.config import RunConfig
+from codevolve.core.job import Job
 from codevolve.core.problem import Baseline, Candidate, FeatureSpec, Mutation, Stage, Threshold
 from codevolve.core.program import StageResult
 from codevolve.evaluator_workers.local_queue import LocalQueue
@@ -257,8 +261,15 @@ async def sampling(pg: str, sizes: Sequence[int], *, draws: int) -> None:
                 latencies = await _time_sampling(sessions, job.id, draws)
                 p50, p99 = np.percentile(latencies, [50, 99])
                 print(
-                    f"  {size:>9,} programs: sample p50 {p50:6.2f} ms, p99 {p99:6.2f} ms "
+                    f"  {size:>9,} programs: SQL sample p50 {p50:6.2f} ms, p99 {p99:6.2f} ms "
                     f"({draws} draws; {load()})"
+                )
+                loaded_s, latencies = await _time_controller_sampling(sessions, job, draws)
+                p50, p99 = np.percentile(latencies, [50, 99])
+                print(
+                    f"  {size:>9,} programs: controller sample p50 {p50:6.3f} ms, p99 "
+                    f"{p99:6.3f} ms (its archive copy and elite programs loaded in "
+                    f"{loaded_s * 1000:.1f} ms; {load()})"
                 )
         finally:
             await bulk.close()
@@ -305,6 +316,33 @@ async def _load_programs(connection: asyncpg.Connection, job: str, *, start: int
         job,
     )
     return end
+
+
+async def _time_controller_sampling(
+    sessions: Any, job: Job, draws: int
+) -> tuple[float, list[float]]:
+    """What a controller does per proposal: draw from its in-memory copy of the archive, whose
+    elite programs it loaded with it (one query at start, timed apart)."""
+    problem = BenchProblem()
+    config = job.config
+    controller = Controller(
+        job,
+        sessions=sessions,
+        queue=LocalQueue(),
+        problem=problem,
+        proposer=make_proposer(config, problem),
+    )
+    started = time.perf_counter()
+    await controller.sample(0, np.random.default_rng(0))  # loads the copy of the archive
+    loaded_s = time.perf_counter() - started
+    rng = np.random.default_rng(1)
+    latencies = []
+    for _ in range(draws):
+        started = time.perf_counter()
+        sample = await controller.sample(0, rng)
+        latencies.append((time.perf_counter() - started) * 1000)
+        assert sample is not None
+    return loaded_s, latencies
 
 
 async def _time_sampling(sessions: object, job: str, draws: int) -> list[float]:

@@ -52,6 +52,10 @@ class ArchiveMirror:
     def epochs(self) -> dict[IslandId, int]:
         return dict(self._epochs)
 
+    def program_ids(self) -> set[ProgramId]:
+        """Every program that is an elite somewhere (bounded by islands x cells)."""
+        return {elite.program_id for cells in self._cells.values() for elite in cells.values()}
+
     def elites(self, island: IslandId) -> list[EliteRef]:
         return list(self._island(island).values())
 

@@ -192,8 +192,7 @@ class Controller:
             self.progress.best_score = best.score if best else None
             self._best_cases = await repository.best_cases(session, self._job.id)
             self._ledger.warm_start(await repository.proposal_usage(session, self._job.id))
-            mirror = await ArchiveMirror.load(session, self._job.id)
-        self._mirror = mirror
+            self._mirror = await self._load_archive(session)
         for program in pending:
             await self._enqueue(program)
         if pending:
@@ -292,7 +291,7 @@ class Controller:
         await self._maintain_islands(index, rng)
         sample = None
         while sample is None:
-            sample = await self._sample(island, rng)
+            sample = await self.sample(island, rng)
             best_cases = dict(self._best_cases)
             if sample is None:  # nothing evaluated yet: wait for the seed to land
                 if self._stop_proposing.is_set():
@@ -322,7 +321,7 @@ class Controller:
             rng=rng,
         )
 
-    async def _sample(self, island: int, rng: np.random.Generator) -> repository.Sample | None:
+    async def sample(self, island: int, rng: np.random.Generator) -> repository.Sample | None:
         """A parent and inspirations drawn from the in-memory archive; their programs come from
         the cache, or from one query for those it lacks."""
         config = self._config
@@ -348,9 +347,17 @@ class Controller:
     async def _archive(self) -> ArchiveMirror:
         if self._mirror is None:
             async with self._transaction() as session:
-                mirror = await ArchiveMirror.load(session, self._job.id)
+                mirror = await self._load_archive(session)
             self._mirror = self._mirror or mirror
         return self._mirror
+
+    async def _load_archive(self, session: AsyncSession) -> ArchiveMirror:
+        """The archive from the database, and every elite program into the cache (one query of
+        at most islands x cells rows), so that drawing a parent never waits for the database."""
+        mirror = await ArchiveMirror.load(session, self._job.id)
+        missing = [pid for pid in mirror.program_ids() if pid not in self._programs]
+        self._cache(await repository.get_programs(session, missing))
+        return mirror
 
     async def _cached_programs(self, ids: Sequence[ProgramId]) -> list[Program]:
         missing = [program_id for program_id in ids if program_id not in self._programs]
@@ -581,7 +588,7 @@ class Controller:
                 if resetting:
                     reset = await repository.reset_islands(session, self._job.id, rng)
                     log.info("job %s: islands %s reset at proposal %d", self._job.id, reset, index)
-                mirror = await ArchiveMirror.load(session, self._job.id)
+                mirror = await self._load_archive(session)
         except BaseException:
             self._mirror = None
             raise
@@ -649,7 +656,7 @@ class Controller:
     ) -> None:
         """Best cases, elites and the job's best for a batch of applied results: statements only
         for what changes, decided by the mirror and written through the guarded upserts."""
-        mirror = self._mirror or await ArchiveMirror.load(session, self._job.id)
+        mirror = self._mirror or await self._load_archive(session)
         self._mirror = mirror
         improved_cases: list[BestCase] = []
         elites: list[ProgramId] = []
