@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Steps run on the GPU machine (embedded mode there: it reaches no Redis). Usage:
 #   bash bench/gpu_device_run.sh STEP...   with STEP in setup tests hardware oracle fidelity
-#   evaluate evolve evolve_multi; outputs land in $OUT (default ./gpu-out).
+#   evaluate evolve evolve_multi; outputs land in $OUT (default ./gpu-out). evolve reads
+#   PROPOSALS, SEED, EVOLVE_WALL_S and EVOLVE_TIMEOUT from the environment.
+# `setup` installs the wheels in .whl/ (ignored by git; the GPU machine has torch, Triton, numpy
+# and httpx but no package index), built on a machine with one for the GPU machine's Python 3.12:
+#   python3 -m pip download -d .whl --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#     --platform manylinux2014_x86_64 sqlalchemy greenlet aiosqlite alembic pydantic \
+#     pydantic-settings redis fastapi uvicorn asyncpg python-multipart    (14 MiB with their needs)
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -51,7 +58,7 @@ print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.devic
       ;;
     evolve)
       timeout ${EVOLVE_TIMEOUT:-330} python3 -m codevolve.services.cli run gemm-tiling-gpu \
-        --db "$OUT/gpu_evolve.sqlite" --proposals ${PROPOSALS:-400} --seed 0 --workers 6 \
+        --db "$OUT/gpu_evolve.sqlite" --proposals ${PROPOSALS:-400} --seed ${SEED:-0} --workers 6 \
         --in-flight 12 \
         --max-wall-s ${EVOLVE_WALL_S:-240} --quiet --report "$OUT/gpu_evolve_report.json" \
         2>&1 | tail -20

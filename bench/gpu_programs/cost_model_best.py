@@ -19,21 +19,23 @@ class GemmConfig(NamedTuple):
 # EVOLVE-BLOCK-START
 def choose_config(M: int, N: int, K: int) -> GemmConfig:
     """Expert rule: small tiles for decode, larger tiles as M grows."""
-    if M > 16 and M <= 64 and (N >= 1280):
-        return GemmConfig(64, 64, 128, 8, 5, 1)
-    if M <= 64 and N == 1280:
-        return GemmConfig(16, 64, 128, 4, 4, 1)
-    if M > 16 and M <= 64 and N == 6144:
-        return GemmConfig(64, 64, 128, 4, 3, 8)
-    if M <= 512 and N == 1280 and K == 8192:
-        return GemmConfig(64, 64, 128, 4, 4, 8)
-    if M > 32 and M <= 256:
+    if M * N > 2097152 and M * N <= 8388608:
+        return GemmConfig(128, 256, 64, 8, 3, 8)
+    if M * N > 524288 and M * N <= 2097152:
         return GemmConfig(128, 128, 128, 8, 3, 8)
-    if M > 32 and M <= 256 and N <= 8192:
-        return GemmConfig(64, 128, 128, 4, 3, 8)
-    if M <= 64:
-        return GemmConfig(16, 64, 128, 2, 3, 8)
-    return GemmConfig(128, 256, 64, 8, 3, 8)
+    if M * N <= 32768:
+        return GemmConfig(32, 64, 128, 8, 4, 8)
+    if M * N > 8192 and M * N <= 32768:
+        return GemmConfig(16, 128, 64, 8, 4, 1)
+    if M * N > 131072 and M * N <= 262144:
+        return GemmConfig(64, 64, 128, 8, 5, 8)
+    if M * N > 65536 and M * N <= 262144:
+        return GemmConfig(32, 64, 128, 8, 4, 8)
+    if M * N <= 1048576:
+        return GemmConfig(64, 64, 128, 8, 4, 8)
+    if M <= 256:
+        return GemmConfig(64, 128, 128, 8, 4, 8)
+    return GemmConfig(256, 128, 64, 8, 3, 8)
 
 
 # EVOLVE-BLOCK-END

@@ -19,16 +19,42 @@ class GemmConfig(NamedTuple):
 # EVOLVE-BLOCK-START
 def choose_config(M: int, N: int, K: int) -> GemmConfig:
     """Expert rule: small tiles for decode, larger tiles as M grows."""
-    if M * N > 2097152 and M * N <= 16777216:
+    if M * N > 262144 and M * N <= 524288:
+        return GemmConfig(64, 64, 128, 4, 5, 1)
+    if M * N > 4096 and M * N <= 8192:
+        return GemmConfig(16, 128, 128, 4, 5, 4)
+    if M * N > 131072 and M * N <= 524288:
+        return GemmConfig(64, 64, 128, 4, 5, 8)
+    if M * N > 262144 and M * N <= 1048576:
+        return GemmConfig(64, 128, 128, 4, 4, 8)
+    if M * N > 262144 and M * N <= 524288:
+        return GemmConfig(32, 32, 128, 4, 4, 8)
+    if M * N > 2048 and M * N <= 8192:
+        return GemmConfig(16, 64, 128, 4, 5, 8)
+    if M * N > 8192 and M * N <= 65536:
+        return GemmConfig(16, 64, 128, 4, 5, 8)
+    if M <= 32:
+        return GemmConfig(16, 64, 128, 4, 5, 4)
+    if M * N > 16384 and M * N <= 32768:
+        return GemmConfig(16, 64, 128, 4, 5, 1)
+    if M * N > 65536 and M * N <= 262144:
+        return GemmConfig(64, 16, 128, 4, 5, 8)
+    if M * N > 65536 and M * N <= 131072:
+        return GemmConfig(16, 64, 128, 1, 5, 8)
+    if M <= 64:
+        return GemmConfig(16, 64, 128, 4, 5, 4)
+    if M * N > 1048576 and M * N <= 2097152:
+        return GemmConfig(128, 128, 64, 4, 5, 8)
+    if M * N > 1048576 and M * N <= 4194304:
         return GemmConfig(128, 128, 64, 4, 3, 8)
-    if M * N > 4194304 and M * N <= 16777216:
-        return GemmConfig(128, 128, 64, 4, 3, 8)
-    if M <= 16:
-        return GemmConfig(16, 32, 128, 2, 5, 1)
-    if M * N <= 65536:
-        return GemmConfig(16, 64, 64, 2, 4, 8)
+    if M * N > 2097152 and M * N <= 4194304:
+        return GemmConfig(128, 128, 64, 8, 5, 8)
+    if M * N > 2097152 and M * N <= 8388608:
+        return GemmConfig(128, 128, 64, 4, 3, 4)
+    if M * N > 131072 and M * N <= 524288:
+        return GemmConfig(32, 64, 128, 4, 4, 8)
     if M <= 256:
-        return GemmConfig(64, 64, 128, 4, 4, 8)
+        return GemmConfig(64, 128, 64, 4, 5, 8)
     return GemmConfig(128, 128, 64, 4, 3, 8)
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from codevolve.core.device import CPU, GPU, DeviceReply, capability_of
 from codevolve.core.problem import JSONValue
+from codevolve.core.program import CaseResult
+from codevolve.core.prompt import BestCase, ProgramView, Prompt
 from codevolve.evaluator_workers.gpu import fake_jobs
 from codevolve.problems.gemm_tiling.errors import GemmTilingError
 from codevolve.problems.gemm_tiling.shapes import all_shapes, heldout_shapes, train_shapes
@@ -23,7 +25,11 @@ from codevolve.problems.gemm_tiling_gpu.oracle import (
     parse_oracle,
     tutorial_configs,
 )
-from codevolve.problems.gemm_tiling_gpu.problem import PROMOTION, GemmTilingGpuProblem
+from codevolve.problems.gemm_tiling_gpu.problem import (
+    PROMOTION,
+    GemmTilingGpuProblem,
+    measured_view,
+)
 from codevolve.problems.gemm_tiling_gpu.stages import GpuTrainStage
 from codevolve.problems.registry import get_problem
 from tests.unit.test_cascade_handoff import FakeCandidate
@@ -124,3 +130,63 @@ def test_the_stored_oracle_names_its_gpu_and_method_and_covers_every_shape() -> 
 def test_an_oracle_sweep_cut_short_is_refused() -> None:
     with pytest.raises(GemmTilingError, match="incomplete"):
         parse_oracle({"gpu": "x", "method": "y", "shapes": [], "complete": False})
+
+
+MODEL_BEST = "GemmConfig(256, 64, 32, 8, 5, 1)"  # what the cost model would copy
+MEASURED_BEST = "GemmConfig(128, 128, 64, 4, 5, 4)"  # what the GPU measured fastest
+
+
+def gap_prompt(*, timed: bool) -> Prompt:
+    """A parent trailing the model's best on one train shape and, when ``timed``, the GPU's
+    best on another."""
+    model_key, gpu_key = "M=2048 N=7168 K=8192", "gpu M=256 N=6144 K=4096"
+    cases = [CaseResult(model_key, 30.0)]
+    best = {model_key: BestCase(model_key, 10.0, MODEL_BEST, program_id="m")}
+    if timed:
+        cases.append(CaseResult(gpu_key, 60.0, detail="GemmConfig(64, 128, 64, 4, 3, 8)"))
+        best[gpu_key] = BestCase(gpu_key, 40.0, MEASURED_BEST, program_id="g")
+    return Prompt(
+        job_id="job",
+        problem="gemm-tiling-gpu",
+        proposal_index=0,
+        island=0,
+        parent=ProgramView(id="parent", source=EXPERT_SOURCE, score=1.0, cases=tuple(cases)),
+        inspirations=(),
+        best_cases=best,
+        context="",
+        text="",
+    )
+
+
+def directed_answers(prompt: Prompt) -> list[str]:
+    directed = next(m for m in GemmTilingGpuProblem().mutations() if m.kind == "directed")
+    return [directed.propose(prompt, np.random.default_rng(seed)) or "" for seed in range(40)]
+
+
+def test_directed_edits_chase_the_measured_best_once_the_parent_was_timed_on_the_gpu() -> None:
+    timed = directed_answers(gap_prompt(timed=True))
+    assert not any(MODEL_BEST in a for a in timed)  # the model's optimum is not a target
+    assert sum(MEASURED_BEST in a for a in timed) > 10
+    assert all("M * N" in a or "M " in a for a in timed if a)
+    untimed = directed_answers(gap_prompt(timed=False))  # never reached the GPU: model cases
+    assert sum(MODEL_BEST in a for a in untimed) > 10
+
+
+def test_the_measured_view_keeps_only_gpu_cases_and_bests() -> None:
+    prompt = gap_prompt(timed=True)
+    view = measured_view(prompt)
+    assert [c.key for c in view.parent.cases] == ["gpu M=256 N=6144 K=4096"]
+    assert list(view.best_cases) == ["gpu M=256 N=6144 K=4096"]
+    assert view.parent.source == prompt.parent.source and view.text == prompt.text
+    assert measured_view(gap_prompt(timed=False)) == gap_prompt(timed=False)
+    kinds = [m.kind for m in GemmTilingGpuProblem().mutations()]
+    assert kinds == [m.kind for m in get_problem("gemm-tiling").mutations()]
+
+
+def test_the_gpu_problem_keeps_each_mutations_weight() -> None:
+    from codevolve.problems.gemm_tiling.problem import GemmTilingProblem
+
+    gpu = [(m.kind, getattr(m, "weight", 1.0)) for m in GemmTilingGpuProblem().mutations()]
+    model = [(m.kind, getattr(m, "weight", 1.0)) for m in GemmTilingProblem().mutations()]
+    assert gpu == model
+    assert len({weight for _kind, weight in gpu}) > 1  # the weights differ: they were forwarded

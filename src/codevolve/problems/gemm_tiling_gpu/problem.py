@@ -8,6 +8,12 @@ kernel with the program's configs on the train shapes (stages.py); its measured 
 over the expert is the program's score. One evaluation thus crosses worker pools: the CPU part
 runs where capability "cpu" is served, the GPU part where "gpu" is.
 
+The mutations are gemm-tiling's, but where a parent was timed on the GPU they read only its GPU
+cases (:func:`measured_view`): the directed mutation then aims at the train shapes where the
+parent trails the fastest time measured there, and copies the config that was measured fastest,
+instead of chasing the cost model's optimum, which the GPU ranks differently (the model's best
+config is 12 % slower than the measured best at the median shape, docs/results-gpu.md).
+
 The per-shape oracle (oracle.py) is measured once per GPU model and stored as data; the held-out
 test shapes are measured only for reports (bench/gpu_calibrate.py).
 """
@@ -15,14 +21,18 @@ test shapes are measured only for reports (bench/gpu_calibrate.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from codevolve.core.problem import Baseline, FeatureSpec, Mutation, Stage, Threshold
+from codevolve.core.prompt import Prompt
 from codevolve.problems.gemm_tiling.baselines import geomean
 from codevolve.problems.gemm_tiling.problem import FEATURES, GemmTilingProblem
 from codevolve.problems.gemm_tiling.shapes import heldout_shapes, train_shapes
 from codevolve.problems.gemm_tiling.stages import ProbeStage, StaticStage, TrainStage
 from codevolve.problems.gemm_tiling_gpu.oracle import OracleEntry, load_oracle
-from codevolve.problems.gemm_tiling_gpu.stages import GpuTrainStage
+from codevolve.problems.gemm_tiling_gpu.stages import CASE_PREFIX, GpuTrainStage
 
 NAME = "gemm-tiling-gpu"
 # A child is timed on the GPU only if its model score keeps 97% of its parent's: the model ranks
@@ -67,7 +77,7 @@ class GemmTilingGpuProblem:
         return FEATURES
 
     def mutations(self) -> Sequence[Mutation]:
-        return self._model.mutations()
+        return tuple(MeasuredCasesMutation(m) for m in self._model.mutations())
 
     def baselines(self) -> Sequence[Baseline]:
         """Measured speedups over the expert of the stored oracle (train, test), if measured."""
@@ -88,3 +98,32 @@ class GemmTilingGpuProblem:
 def _speedup(entry: OracleEntry, name: str) -> float:
     time = {"tutorial": entry.tutorial_us, "inductor": entry.inductor_us, "oracle": entry.time_us}
     return entry.expert_us / time[name]
+
+
+def measured_view(prompt: Prompt) -> Prompt:
+    """The prompt with the parent's cases and the best cases narrowed to the GPU's (train shapes,
+    measured times); unchanged when the parent has no GPU case (it never reached the GPU)."""
+    measured = tuple(c for c in prompt.parent.cases if c.key.startswith(CASE_PREFIX))
+    if not measured:
+        return prompt
+    best = {k: v for k, v in prompt.best_cases.items() if k.startswith(CASE_PREFIX)}
+    return replace(prompt, parent=replace(prompt.parent, cases=measured), best_cases=best)
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredCasesMutation:
+    """A gemm-tiling mutation that sees the prompt through :func:`measured_view`."""
+
+    inner: Mutation
+
+    @property
+    def kind(self) -> str:
+        return self.inner.kind
+
+    @property
+    def weight(self) -> float:
+        """The wrapped mutation's chance of being tried first (1 if it declares none)."""
+        return float(getattr(self.inner, "weight", 1.0))
+
+    def propose(self, prompt: Prompt, rng: np.random.Generator) -> str | None:
+        return self.inner.propose(measured_view(prompt), rng)
