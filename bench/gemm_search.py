@@ -5,6 +5,7 @@ Prints, per seed and as medians, the evolved heuristic's speedup relative to the
 per-M lookup table's, and the wall time of each run.
 
     python bench/gemm_search.py [--seeds 0 1 2 3 4] [--proposals 1000] [--workers 2]
+        [--islands N] [--exploit-ratio R] [--rank-temperature T]
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ def main() -> None:
     parser.add_argument("--proposals", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--islands", type=int, default=None, help="default: RunConfig's")
+    parser.add_argument(
+        "--exploit-ratio", type=float, default=None, help="default: RunConfig's exploit_ratio"
+    )
+    parser.add_argument("--rank-temperature", type=float, default=None, help="default: RunConfig's")
     args = parser.parse_args()
 
     rows = []
@@ -38,7 +43,12 @@ def main() -> None:
     for seed in args.seeds:
         with tempfile.TemporaryDirectory() as tmp:
             db = f"sqlite+aiosqlite:///{Path(tmp) / 'bench.sqlite'}"
-            overrides = {} if args.islands is None else {"islands": args.islands}
+            given = {
+                "islands": args.islands,
+                "exploit_ratio": args.exploit_ratio,
+                "rank_temperature": args.rank_temperature,
+            }
+            overrides = {key: value for key, value in given.items() if value is not None}
             config = RunConfig(
                 problem="gemm-tiling", seed=seed, max_proposals=args.proposals, **overrides
             )
@@ -62,7 +72,7 @@ def main() -> None:
         )
 
     def med(key: str) -> float:
-        return statistics.median(r[key] for r in rows)
+        return float(statistics.median(r[key] for r in rows))
 
     print(
         f"{'med':>4} {med('train'):>12.4f} {med('test'):>11.4f} {med('lut_train'):>13.4f} "

@@ -11,10 +11,12 @@ A program in this problem's shape reads::
 The six mutations change one field of a rule's config (``field``), one threshold of a test
 (``threshold``), insert a rule (``add_rule``), delete one (``delete_rule``), copy one from an
 inspiration (``borrow``), or insert one aimed at a shape where the parent is furthest from the
-best cost the job has seen (``directed``). Programs are read with ``ast`` and never run; statements
-that are not rules are left alone. New configs are launchable where a launchable choice exists.
-Each mutation emits one SEARCH/REPLACE hunk, unique in the parent and confined to the EVOLVE block,
-whose child parses.
+best cost the job has seen (``directed``). New rules test octave ranges of the output size
+``M * N`` (docs/gemm_tiling.md says why); the shapes they are aimed at and placed by are those of
+the parent's cases, the shapes its score was computed on. Programs are read with ``ast`` and never
+run; statements that are not rules are left alone. New configs are launchable where a launchable
+choice exists. Each mutation emits one SEARCH/REPLACE hunk, unique in the parent and confined to
+the EVOLVE block, whose child parses.
 """
 
 from __future__ import annotations
@@ -58,15 +60,19 @@ SHAPE_NK = (  # (N, K) of the Llama-3.1-8B and 70B/TP8 projections
 )  # fmt: skip
 MAX_REGISTERS = 255  # per thread
 MAX_SHARED_BYTES = 232448  # per block: 227 KiB
+# Relative chances of being tried first (the simulated proposer's ``weight``): the moves that act
+# on the feedback and the published configs are tried more often than the blind ones.
+KIND_WEIGHTS = {"directed": 3.0, "add_rule": 3.0}
+TEXTBOOK_RULE_SHARE = 0.9  # how often add_rule gives a scored shape's octave a published config
+# Weight of a shape with no gap (the parent is at the best seen there) in the directed draw; the
+# gap of a trailing shape adds to it. Keeps trying configs where nothing better is known yet.
+EXPLORE_WEIGHT = 0.01
 ATTEMPTS = 8  # random draws per proposal before a mutation gives up
 GAP_TOLERANCE = 1e-6  # relative; a smaller gap to the best cost is noise, not a target
 BEST_SHARE = 0.5  # how often the directed mutation copies the best config seen for its shape
 FIT_SHARE = 0.3  # otherwise, how often it fits the current tile to M instead of a coherent move
-EXACT_SHARE = 0.0  # how often a directed rule targets exactly one shape (it cannot generalise)
 TEXTBOOK_SHARE = 0.25  # or tries a config of a published list, scaled to the shape
-OUTPUT_SIZE_SHARE = 1.0  # how often a new rule's test is a range of M * N instead of M
-# Weights of what narrows a directed rule's M range: nothing, N ==, K ==, N >=, N <=, N and K ==.
-DIRECTED_NK_WEIGHTS = (20, 1, 1, 1, 1, 0)
+WIDEN_SHARE = 0.5  # how often a directed rule's octave is widened by one below (or above)
 # (block_m, block_n, block_k, num_stages, num_warps): the Triton matmul tutorial's autotune list
 # (triton-lang/triton python/tutorials/03-matrix-multiplication.py) and PyTorch inductor's mm
 # configs (torch/_inductor/template_heuristics), public data recorded in the research notes.
@@ -336,10 +342,22 @@ def _insert(program: RuleProgram, index: int, test: str, config: GemmConfig) -> 
     return LineEdit(anchor.start, anchor.start, new)
 
 
-def _alive(program: RuleProgram, index: int, test: ast.expr) -> bool:
-    """Whether a rule inserted before rule ``index`` would take at least one benchmark shape."""
+def _alive(
+    program: RuleProgram, index: int, test: ast.expr, shapes: Sequence[Shape] = TRAIN_GRID
+) -> bool:
+    """Whether a rule inserted before rule ``index`` would take at least one of the shapes."""
     earlier = [r.test for r in program.rules[:index] if r.test is not None]
-    return any(holds(test, s) and not any(holds(t, s) for t in earlier) for s in TRAIN_GRID)
+    return any(holds(test, s) and not any(holds(t, s) for t in earlier) for s in shapes)
+
+
+def _in_use(program: RuleProgram, shapes: Sequence[Shape]) -> tuple[Rule, ...]:
+    """The rules (the final return included) that take at least one of the shapes; all rules
+    when no shape is known. A rule that takes no scored shape has a config the score never
+    judged, so editing it changes nothing the search can see."""
+    if not shapes:
+        return program.all_rules
+    taken = {program.config_for(s)[0] for s in shapes}
+    return tuple(rule for i, rule in enumerate(program.all_rules) if i in taken)
 
 
 def _neighbours(config: GemmConfig) -> list[GemmConfig]:
@@ -387,6 +405,7 @@ class GemmMutation:
 
     kind: str
     edit: RuleEdit
+    weight: float = 1.0  # relative chance of being tried first (see the simulated proposer)
 
     def propose(self, prompt: Prompt, rng: Generator) -> str | None:
         program = read_program(prompt.parent.source)
@@ -404,16 +423,20 @@ def gemm_mutations() -> tuple[Mutation, ...]:
     return (
         GemmMutation("field", field_edit),
         GemmMutation("threshold", threshold_edit),
-        GemmMutation("add_rule", add_rule_edit),
+        GemmMutation("add_rule", add_rule_edit, KIND_WEIGHTS["add_rule"]),
         GemmMutation("delete_rule", delete_rule_edit),
         GemmMutation("borrow", borrow_edit),
-        GemmMutation("directed", directed_edit),
+        GemmMutation("directed", directed_edit, KIND_WEIGHTS["directed"]),
     )
 
 
 def field_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineEdit | None:
-    """One field of one rule's config moves to a neighbouring value."""
-    rule = program.all_rules[int(rng.integers(len(program.all_rules)))]
+    """One field of one rule's config moves to a neighbouring value; the rule takes a scored
+    shape when the parent's cases name any."""
+    rules = _in_use(program, _scored_shapes(prompt))
+    if not rules:
+        return None
+    rule = rules[int(rng.integers(len(rules)))]
     config = _pick(_neighbours(rule.config), rng)
     return None if config is None else _set_config(program, rule, config)
 
@@ -450,10 +473,19 @@ def _thresholds(test: ast.expr) -> list[tuple[ast.expr, int, str]]:
 
 
 def add_rule_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineEdit | None:
-    """A new rule on an M range (sometimes also N or K) with a neighbour's config, changed."""
+    """A new rule: often a published config (scaled to the shape) for the octave of a scored
+    shape drawn uniformly, placed where it takes that octave's scored shapes; otherwise a random
+    range of the output size with a neighbouring rule's config, changed."""
+    scored = _scored_shapes(prompt)
+    if scored and rng.random() < TEXTBOOK_RULE_SHARE:
+        shape = scored[int(rng.integers(len(scored)))]
+        config = _pick(textbook_configs(shape), rng)
+        if config is None or config == program.config_for(shape)[1]:
+            return None
+        return _octave_rule(program, shape, scored, config, rng)
     index = int(rng.integers(len(program.rules) + 1))
     text = _random_test(rng)
-    if not _alive(program, index, parse_python(text, "eval").body):
+    if not _alive(program, index, parse_python(text, "eval").body, scored or TRAIN_GRID):
         return None
     around = program.all_rules[max(index - 1, 0) : index + 1]
     if not around:
@@ -462,21 +494,34 @@ def add_rule_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineE
     return None if config is None else _insert(program, index, text, config)
 
 
+def _scored_shapes(prompt: Prompt) -> list[Shape]:
+    """The shapes the parent was scored on (its cases), in their order."""
+    return [s for s in (parse_shape(case.key) for case in prompt.parent.cases) if s is not None]
+
+
+def _octave_rule(
+    program: RuleProgram,
+    shape: Shape,
+    scored: Sequence[Shape],
+    config: GemmConfig,
+    rng: Generator,
+) -> LineEdit | None:
+    """A rule giving ``config`` to the octave of ``shape`` (see :func:`_directed_test`), placed
+    before every rule that now takes a scored shape of that range, so the whole range gets it; the
+    config of the rule found there is replaced instead when that rule has the same test."""
+    text = _directed_test(shape, rng, [m * n for m, n, _ in scored])
+    test = parse_python(text, "eval").body
+    index = min(program.config_for(s)[0] for s in (shape, *scored) if s == shape or holds(test, s))
+    if index < len(program.rules) and program.rules[index].key == ast.dump(test):
+        return _set_config(program, program.rules[index], config)
+    return _insert(program, index, text, config)
+
+
 def _random_test(rng: Generator) -> str:
-    if rng.random() < OUTPUT_SIZE_SHARE:
-        top = int(rng.integers(1, len(MN_THRESHOLDS)))
-        return _output_size_test(
-            MN_THRESHOLDS[top - int(rng.integers(1, min(3, top) + 1))], MN_THRESHOLDS[top], rng
-        )
-    top = int(rng.integers(1, len(SHAPE_M)))
-    high, low = SHAPE_M[top], SHAPE_M[top - int(rng.integers(1, min(3, top) + 1))]
-    form = _choice(("le", "range", "gt"), (2, 3, 1), rng)
-    parts = {"le": f"M <= {high}", "range": f"M > {low} and M <= {high}", "gt": f"M > {low}"}
-    if rng.random() >= 0.3:
-        return parts[form]
-    n, k = SHAPE_NK[int(rng.integers(len(SHAPE_NK)))]
-    nk_part = _choice((f"N == {n}", f"K == {k}", f"N >= {n}", f"K >= {k}"), (2, 2, 1, 1), rng)
-    return f"{parts[form]} and {nk_part}"
+    """A range of the output size one to three octaves wide, or everything above or below it."""
+    top = int(rng.integers(1, len(MN_THRESHOLDS)))
+    low = MN_THRESHOLDS[top - int(rng.integers(1, min(3, top) + 1))]
+    return _output_size_test(low, MN_THRESHOLDS[top], rng)
 
 
 def delete_rule_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineEdit | None:
@@ -511,28 +556,22 @@ def borrow_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineEdi
 
 
 def directed_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineEdit | None:
-    """A rule for the region of a shape where the parent trails the best cost seen, placed
-    before the rule that takes the shape now (or that rule's config replaced, same test)."""
+    """A rule for the octave of a shape where the parent trails the best cost seen (see
+    :func:`_octave_rule`)."""
     target = _target_case(prompt, rng)
     if target is None:
         return None
     shape, best = target
-    index, current = program.config_for(shape)
-    config = _directed_config(current, best, rng, shape)
+    config = _directed_config(program.config_for(shape)[1], best, rng, shape)
     if config is None:
         return None
-    text = _directed_test(shape, rng)
-    if index < len(program.rules) and program.rules[index].key == _key_of(text):
-        return _set_config(program, program.rules[index], config)
-    return _insert(program, index, text, config)
-
-
-def _key_of(test: str) -> str:
-    return ast.dump(parse_python(test, "eval").body)
+    return _octave_rule(program, shape, _scored_shapes(prompt), config, rng)
 
 
 def _target_case(prompt: Prompt, rng: Generator) -> tuple[Shape, BestCase] | None:
-    """A case of the parent drawn with weight (gap - 1), gap = parent's cost / best cost seen."""
+    """A case of the parent drawn with weight (gap - 1), gap = parent's cost / best cost seen,
+    plus ``EXPLORE_WEIGHT``: a case where the parent is at the best seen is drawn rarely, and then
+    gets another config (published, fitted to M or a coherent move)."""
     targets: list[tuple[Shape, BestCase]] = []
     weights: list[float] = []
     for case in prompt.parent.cases:
@@ -543,7 +582,10 @@ def _target_case(prompt: Prompt, rng: Generator) -> tuple[Shape, BestCase] | Non
         gap = case.cost / best.cost
         if 1 + GAP_TOLERANCE < gap < float("inf"):
             targets.append((shape, best))
-            weights.append(gap - 1)
+            weights.append(gap - 1 + EXPLORE_WEIGHT)
+        elif EXPLORE_WEIGHT > 0 and gap <= 1 + GAP_TOLERANCE:
+            targets.append((shape, best))
+            weights.append(EXPLORE_WEIGHT)
     if not targets:
         return None
     p = np.asarray(weights) / sum(weights)
@@ -603,29 +645,32 @@ def _fitted(config: GemmConfig, shape: Shape) -> GemmConfig | None:
     return fitted if fitted != config and launchable(fitted) else None
 
 
-def _directed_test(shape: Shape, rng: Generator) -> str:
-    """A test that holds for the shape: rarely exactly it, usually an M range around it (one to
-    a few M values wide, so the rule can carry over to shapes the score never showed), often
-    alone, sometimes narrowed to the shape's N or K."""
-    m, n, k = shape
-    if rng.random() < EXACT_SHARE:
-        return f"M == {m} and N == {n} and K == {k}"
-    if rng.random() < OUTPUT_SIZE_SHARE:
-        # An octave range of M * N around the shape's, one to three octaves wide.
-        size = m * n
-        at = max(i for i, v in enumerate(MN_THRESHOLDS) if v < size) if size > 1024 else 0
-        low = MN_THRESHOLDS[max(0, at - int(rng.integers(0, 2)))]
-        high = MN_THRESHOLDS[min(len(MN_THRESHOLDS) - 1, at + 1 + int(rng.integers(0, 2)))]
-        return _output_size_test(low, high, rng) if low < size <= high else f"M * N <= {high}"
-    at = min(range(len(SHAPE_M)), key=lambda i: abs(SHAPE_M[i] - m))
-    high = SHAPE_M[min(len(SHAPE_M) - 1, at + int(rng.integers(0, 3)))]
-    below = at - 1 - int(rng.integers(0, 3))
-    low = SHAPE_M[below] if below >= 0 else None
-    form = _choice(("le", "range", "gt"), (2, 4 if low is not None else 0, 1 if low else 0), rng)
-    m_part = {"le": f"M <= {high}", "range": f"M > {low} and M <= {high}", "gt": f"M > {low}"}[form]
-    parts = ("", f"N == {n}", f"K == {k}", f"N >= {n}", f"N <= {n}", f"N == {n} and K == {k}")
-    nk_part = _choice(parts, DIRECTED_NK_WEIGHTS, rng)
-    return f"{m_part} and {nk_part}" if nk_part else m_part
+def _directed_test(shape: Shape, rng: Generator, sizes: Sequence[int] = ()) -> str:
+    """The octave of the output size ``M * N`` that holds the shape, ``2**i < M * N <= 2**(i+1)``,
+    sometimes widened by an octave below or above, so the rule carries over to the other
+    projections of that size and never targets one shape. A range with none of the scored
+    ``sizes`` above it (below it) stays open upward (downward): past the largest (smallest) size
+    the score shows, the nearest regime is the best guess. Bounds lie on ``MN_THRESHOLDS``."""
+    size = shape[0] * shape[1]
+    low = max((v for v in MN_THRESHOLDS if v < size), default=None)
+    high = min((v for v in MN_THRESHOLDS if v >= size), default=None)
+    if rng.random() < WIDEN_SHARE and low is not None:
+        low = _below(low, MN_THRESHOLDS) or low
+    if rng.random() < WIDEN_SHARE and high is not None:
+        high = min((v for v in MN_THRESHOLDS if v > high), default=high)
+    # Octaves between the range and the nearest scored sizes hold no scored shape: the range
+    # reaches over them, so the sizes the score never shows get the nearest regime's config.
+    under = max((s for s in sizes if s <= (low or 0)), default=None)
+    over = min((s for s in sizes if s > (high or 2**62)), default=None)
+    if low is not None and under is not None:
+        low = min((v for v in MN_THRESHOLDS if v >= under), default=low)
+    if high is not None and over is not None:
+        high = max((v for v in MN_THRESHOLDS if v < over), default=high)
+    if low is not None and (high is None or (sizes and all(s <= high for s in sizes))):
+        return f"M * N > {low}"
+    if high is not None and (low is None or (sizes and all(s > low for s in sizes))):
+        return f"M * N <= {high}"
+    return f"M * N > {low} and M * N <= {high}"
 
 
 def _output_size_test(low: int, high: int, rng: Generator) -> str:
