@@ -6,14 +6,15 @@ Prints, in one run:
    result, archive) with an *instant* evaluator, embedded (SQLite, in-process queue) and
    distributed (Postgres, Redis Streams, a worker process);
 2. scaling of a 50 ms sleep-bound evaluator at 1, 4, 16 and 64 worker slots, distributed:
-   efficiency = programs/s / (slots / 0.05 s);
-2b. the same evaluator with no controller: tasks queued in Redis beforehand, drained by one worker
-   process with that many slots (the fleet's own scaling);
+   efficiency = programs/s / (slots / 0.05 s); the slots are spread over worker processes of at
+   most 16 each (64 slots: 4 processes), as a deployment runs several `codevolve worker`s;
+2b. the same evaluator with no controller: tasks queued in Redis beforehand, drained by the same
+   worker processes (the fleet's own scaling);
 3. p50/p99 latency of sampling a parent and inspirations with 10^4, 10^5 and 10^6 programs of one
    job in Postgres (bulk-loaded with COPY), an island of 100 cells (sampling reads the island's
    elites, so its cost follows the cells, not the population; gemm-tiling has 64 cells): the
    stateless SQL sampler (one session per draw), and the controller's own, which draws from its
-   in-memory copy of the archive and fetches only the programs its cache lacks.
+   in-memory copy of the archive, whose elite programs it loaded with it.
 
 The evaluator here is trusted bench code that never runs the candidate: what is measured is the
 controller, the database, the queue and the worker loop, not a problem. The machine's load average
@@ -72,6 +73,7 @@ def f(x):
 # EVOLVE-BLOCK-END
 """
 SLEEP_S = 0.05  # seconds per evaluation of the sleep-bound evaluator
+SLOTS_PER_PROCESS = 16  # worker slots per worker process (each process is one event loop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,11 +190,11 @@ async def embedded(problem: BenchProblem, *, proposals: int, slots: int) -> tupl
                     stop.set()
 
 
-def _worker_main(redis_url: str, prefix: str, slots: int, sleep_s: float) -> None:
+def _worker_main(redis_url: str, prefix: str, slots: int, sleep_s: float, name: str) -> None:
     problem = BenchProblem(sleep_s=sleep_s)
     options = WorkerOptions(key_prefix=prefix, tuning=QueueTuning(), heartbeat_s=1.0)
     run_worker_process(
-        redis_url, "cpu", slots, "bench-worker", options=options, resolve_problem=lambda _n: problem
+        redis_url, "cpu", slots, name, options=options, resolve_problem=lambda _n: problem
     )
 
 
@@ -207,10 +209,16 @@ async def distributed(
     connection = await asyncpg.connect(admin)
     await connection.execute(f'CREATE DATABASE "{database}"')
     context = multiprocessing.get_context("fork")
-    worker = context.Process(
-        target=_worker_main, args=(redis_url, prefix, slots, problem.sleep_s), daemon=True
-    )
-    worker.start()
+    workers = [
+        context.Process(
+            target=_worker_main,
+            args=(redis_url, prefix, share, problem.sleep_s, f"bench-worker-{index}"),
+            daemon=True,
+        )
+        for index, share in enumerate(fleet(slots))
+    ]
+    for worker in workers:
+        worker.start()
     redis = Redis.from_url(redis_url, decode_responses=True)
     try:
 
@@ -227,8 +235,9 @@ async def distributed(
             remote,
         )
     finally:
-        worker.terminate()
-        worker.join(30)
+        for worker in workers:
+            worker.terminate()
+            worker.join(30)
         keys = [key async for key in redis.scan_iter(match=f"{prefix}:*")]
         if keys:
             await redis.delete(*keys)
@@ -419,8 +428,8 @@ def scaling(args: argparse.Namespace, proposals: int) -> None:
         )
         rate = done / wall
         print(
-            f"  {slots:>3} slots: {rate:7.1f} programs/s, efficiency {rate * SLEEP_S / slots:.2f} "
-            f"({done} in {wall:.1f} s; {load()})"
+            f"  {slots:>3} slots ({describe(slots)}): {rate:7.1f} programs/s, efficiency "
+            f"{rate * SLEEP_S / slots:.2f} ({done} in {wall:.1f} s; {load()})"
         )
 
 
@@ -430,13 +439,26 @@ def worker_scaling(args: argparse.Namespace) -> None:
         count = max(40, int(slots / SLEEP_S * (1 if args.quick else 4)))
         rate = asyncio.run(drain(args.redis, slots=slots, count=count))
         print(
-            f"  {slots:>3} slots: {rate:7.1f} tasks/s, efficiency {rate * SLEEP_S / slots:.2f} "
-            f"({count} tasks; {load()})"
+            f"  {slots:>3} slots ({describe(slots)}): {rate:7.1f} tasks/s, efficiency "
+            f"{rate * SLEEP_S / slots:.2f} ({count} tasks; {load()})"
         )
 
 
+def fleet(slots: int) -> list[int]:
+    """Slots per worker process: at most ``SLOTS_PER_PROCESS`` each, as a deployment would run
+    ``codevolve worker --concurrency 16`` several times on a machine."""
+    processes = -(-slots // SLOTS_PER_PROCESS)
+    return [slots // processes + (i < slots % processes) for i in range(processes)]
+
+
+def describe(slots: int) -> str:
+    shares = fleet(slots)
+    return f"{len(shares)} worker process{'es' if len(shares) > 1 else ''} x {shares[0]}"
+
+
 async def drain(redis_url: str, *, slots: int, count: int) -> float:
-    """Tasks per second that one worker process with ``slots`` slots returns (no controller)."""
+    """Tasks per second that worker processes with ``slots`` slots in all return (no
+    controller)."""
     from redis.asyncio import Redis
 
     from codevolve.core.task import Task
@@ -445,30 +467,39 @@ async def drain(redis_url: str, *, slots: int, count: int) -> float:
     keys = RedisKeys(f"bench-{uuid.uuid4().hex[:8]}")
     redis = Redis.from_url(redis_url, decode_responses=True)
     context = multiprocessing.get_context("fork")
-    worker = context.Process(
-        target=_worker_main, args=(redis_url, keys.prefix, slots, SLEEP_S), daemon=True
-    )
+    workers = [
+        context.Process(
+            target=_worker_main,
+            args=(redis_url, keys.prefix, share, SLEEP_S, f"bench-worker-{index}"),
+            daemon=True,
+        )
+        for index, share in enumerate(fleet(slots))
+    ]
     try:
         queue = RedisTaskQueue(redis, "drain", keys=keys)
         await queue.start()
-        for index in range(count):  # all queued before the worker starts: only it is timed
-            await queue.submit(
-                Task(program_id=str(index), job_id="drain", problem="b", source="", seed=index)
-            )
-        worker.start()
-        for _ in range(60000):  # up to 10 minutes for the worker to start and announce itself
-            if await list_workers(redis, keys):
+        tasks = [
+            Task(program_id=str(index), job_id="drain", problem="b", source="", seed=index)
+            for index in range(count)
+        ]
+        for worker in workers:
+            worker.start()
+        for _ in range(60000):  # up to 10 minutes for the workers to start and announce themselves
+            if len(await list_workers(redis, keys)) == len(workers):
                 break
             await asyncio.sleep(0.01)
+        await asyncio.sleep(1.0)  # their loops are all waiting on the stream now
         started = time.perf_counter()
+        await queue.submit_many(tasks)  # one MULTI: every task is there at once
         returned = 0
         while returned < count:
             returned += len(await queue.next_results(1.0, RESULTS_PER_READ))
         return count / (time.perf_counter() - started)
     finally:
-        if worker.pid is not None:
-            worker.terminate()
-            worker.join(30)
+        for worker in workers:
+            if worker.pid is not None:
+                worker.terminate()
+                worker.join(30)
         names = [key async for key in redis.scan_iter(match=f"{keys.prefix}:*")]
         if names:
             await redis.delete(*names)
