@@ -18,7 +18,12 @@ import pytest
 from codevolve.core.problem import JSONValue, SandboxErrorKind, SandboxReply
 from codevolve.core.prompt import ProgramView, Prompt
 from codevolve.problems.matmul_tensor.exact import Verdict
-from codevolve.problems.matmul_tensor.mutations import library, matmul_mutations, read_source
+from codevolve.problems.matmul_tensor.mutations import (
+    SCALES,
+    library,
+    matmul_mutations,
+    read_source,
+)
 from codevolve.problems.matmul_tensor.problem import MatmulTensorProblem
 from codevolve.problems.matmul_tensor.stages import TINY, SizeStage, Target, size_score
 from codevolve.problems.matmul_tensor.tensor import Size
@@ -179,7 +184,7 @@ def test_every_mutation_kind_yields_a_child_that_parses_and_stays_in_the_block()
             assert child is not None and outcome.source != parent
             assert set(child.functions) == {"optimise", "finish", "find_decomposition"}
     assert kinds == {
-        "hyperparameter", "restarts", "optimiser", "rounding", "loss_term", "noise", "borrow",
+        "hyperparameter", "optimiser", "rounding", "loss_term", "noise", "borrow",
     }  # fmt: skip
 
 
@@ -200,3 +205,88 @@ def test_library_variants_compose_into_programs_that_pass_stage_zero() -> None:
             source = _with(slot, name)
             result = TINY_STAGE.run(InProcessCandidate(source), np.random.default_rng(1))
             assert result.passed, (slot, name, result.error)
+
+
+def _namespace(source: str) -> dict[str, object]:
+    namespace: dict[str, object] = {}
+    exec(compile(source, "<candidate>", "exec"), namespace)
+    return namespace
+
+
+def test_initial_program_restarts_until_its_deadline() -> None:
+    namespace = _namespace(INITIAL)
+    plain = namespace["optimise"]
+    assert callable(plain)
+    calls = []
+
+    def counted(*args: object) -> object:
+        calls.append(time.monotonic())
+        return plain(*args)
+
+    namespace["optimise"] = counted
+    namespace["STEPS"] = 50  # short starts: many of them fit in the budget
+    search = namespace["find_decomposition"]
+    assert callable(search)
+    started = time.monotonic()
+    factors = search(2, 2, 2, 7, 0, 0.5)
+    elapsed = time.monotonic() - started
+    assert len(calls) > 3  # not one start: fresh ones until the deadline
+    assert 0.4 < elapsed < 0.8  # 0.85 of the budget, and at most one short start beyond it
+    assert [np.array(x).shape for x in factors] == [(4, 7)] * 3
+
+
+def test_initial_program_stops_restarting_at_an_exact_answer() -> None:
+    naive_rank = 8  # the schoolbook algorithm: rank n*m*p is exact
+    namespace = _namespace(INITIAL)
+    namespace["optimise"] = lambda T, U, V, W, rng, deadline: _schoolbook_factors(2, 2, 2)
+    calls = []
+    plain_finish = namespace["finish"]
+    assert callable(plain_finish)
+
+    def counted(*args: object) -> object:
+        calls.append(1)
+        return plain_finish(*args)
+
+    namespace["finish"] = counted
+    search = namespace["find_decomposition"]
+    assert callable(search)
+    started = time.monotonic()
+    search(2, 2, 2, naive_rank, 0, 5.0)
+    assert len(calls) == 1 and time.monotonic() - started < 1.0
+
+
+def _schoolbook_factors(n: int, m: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    U, V, W = (np.zeros((rows, n * m * p)) for rows in (n * m, m * p, p * n))
+    r = 0
+    for i in range(n):
+        for j in range(m):
+            for k in range(p):
+                U[i * m + j, r] = V[j * p + k, r] = W[k * n + i, r] = 1
+                r += 1
+    return U, V, W
+
+
+def test_two_hyperparameter_moves_never_lead_back_to_the_parent_value() -> None:
+    sources = [INITIAL] + [_with(slot, name) for slot in library() for name in library()[slot]]
+    for source in sources:
+        parsed = read_source(source)
+        assert parsed is not None
+        for constant in parsed.constants:
+            if constant.value == 0 or (constant.integral and constant.value < 20):
+                continue  # off terms are switched on, not scaled; small counts may round back
+            original = constant.render(constant.value)
+            for a in SCALES:
+                once = constant.value * a
+                if constant.integral:
+                    once = float(max(1, round(once)))
+                for b in SCALES:
+                    twice = constant.render(once * b)
+                    assert twice != original, (constant.name, constant.value, a, b)
+
+
+def test_batched_als_finds_an_exact_rank_7_decomposition_of_2x2x2() -> None:
+    source = _with("optimise", "als_attract_batch")
+    result = SizeStage("tiny", (Target(Size(2, 2, 2), 7, 3.0),), first=True).run(
+        InProcessCandidate(source), np.random.default_rng(0)
+    )
+    assert result.passed and result.metrics["rank_2x2x2"] == 7, result.feedback

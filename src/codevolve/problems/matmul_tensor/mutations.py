@@ -1,16 +1,17 @@
 """Domain mutations of matmul-tensor for the simulated proposer.
 
-A program in this problem's shape has a driver ``find_decomposition`` (random starts, RESTARTS of
-them until the deadline), an ``optimise`` function (a continuous search of real factors) and a
-``finish`` function (turns real factors into integers), plus UPPER_CASE numeric constants at
-module level or inside those functions. The mutations, each one SEARCH/REPLACE hunk inside the
-EVOLVE block:
+A program in this problem's shape has a driver ``find_decomposition`` (fresh random starts
+until an exact answer or the deadline), an ``optimise`` function (a continuous search of real
+factors) and a ``finish`` function (turns real factors into integers), plus UPPER_CASE numeric
+constants at module level or inside those functions. The mutations, each one SEARCH/REPLACE hunk
+inside the EVOLVE block:
 
-- ``hyperparameter``: scale one constant (steps, learning rate, init scale, ridge, tolerance...);
-- ``restarts``: more random starts within the same time budget;
+- ``hyperparameter``: scale one constant (steps, learning rate, init scale, ridge, tolerance...),
+  by factors of which no two multiply to 1, so that two moves do not lead back to a program
+  already seen;
 - ``optimiser``: swap ``optimise`` for another from library.txt (Adam, Adam with a sparsity phase
   and an annealed integer penalty, alternating least squares, ALS with an annealed pull towards
-  {-1, 0, 1});
+  {-1, 0, 1}, the same on a batch of starts solved together);
 - ``rounding``: swap ``finish`` (plain rounding, rounding into {-1, 0, 1}, progressive rounding
   with refitting);
 - ``loss_term``: switch on or rescale a loss or schedule term (sparsity weight and phase, integer
@@ -47,8 +48,9 @@ ENABLE_VALUES: dict[str, tuple[float, ...]] = {  # values tried when a term is s
     "ATTRACT": (0.01, 0.1, 1.0),
     "BALANCE": (1.0,),
 }
-SCALES = (0.5, 0.7, 1.4, 2.0)
-UPPER_SCALES = (2.0, 4.0, 10.0)
+# No product of two factors is within 0.09 of 1: scaling down then up (or the reverse) lands on
+# a new value, counts of 20 or more included after rounding.
+SCALES = (0.5, 0.7, 1.3, 1.7)
 _CONSTANT = re.compile(r"^(\s*)([A-Z][A-Z0-9_]*) = (-?[0-9][0-9_.eE+-]*)(\s*#.*)?$")
 
 
@@ -150,21 +152,11 @@ def _scaled(constant: Constant, rng: np.random.Generator) -> str:
 
 def hyperparameter(source: Source, prompt: Prompt, rng: np.random.Generator) -> str | None:
     del prompt
-    options = [c for c in source.constants if c.name != "RESTARTS"]
+    options = list(source.constants)
     if not options:
         return None
     constant = options[int(rng.integers(len(options)))]
     return source.hunk(constant.line, constant.line + 1, [_scaled(constant, rng)])
-
-
-def restarts(source: Source, prompt: Prompt, rng: np.random.Generator) -> str | None:
-    del prompt
-    found = [c for c in source.constants if c.name == "RESTARTS"]
-    if not found:
-        return None
-    constant = found[0]
-    value = constant.value * float(rng.choice(UPPER_SCALES))
-    return source.hunk(constant.line, constant.line + 1, [constant.render(min(value, 10000))])
 
 
 def _named(names: frozenset[str]) -> Callable[[Source, Prompt, np.random.Generator], str | None]:
@@ -228,7 +220,6 @@ class MatmulMutation:
 def matmul_mutations() -> tuple[Mutation, ...]:
     return (
         MatmulMutation("hyperparameter", hyperparameter),
-        MatmulMutation("restarts", restarts),
         MatmulMutation("optimiser", _swap("optimise")),
         MatmulMutation("rounding", _swap("finish")),
         MatmulMutation("loss_term", _named(LOSS_TERMS)),
