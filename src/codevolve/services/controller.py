@@ -618,7 +618,10 @@ class Controller:
                 finals.append(evaluation)
         if not finals:
             return
-        flights = {ev.program_id: self._in_flight.pop(ev.program_id, None) for ev in finals}
+        flights: dict[ProgramId, _InFlight | None] = {}
+        for evaluation in finals:  # a program twice in the batch (a duplicate delivery): pop once
+            if evaluation.program_id not in flights:
+                flights[evaluation.program_id] = self._in_flight.pop(evaluation.program_id, None)
         results = [(ev, self._cell(ev)) for ev in finals]
         try:
             async with self._transaction() as session:
