@@ -151,11 +151,7 @@ class RedisTaskQueue:
             log.warning("job %s: keys left in redis (%s); they expire", self._job_id, exc)
 
     async def submit(self, task: Task) -> None:
-        payload = json.dumps(task_to_dict(task))
-        stream = self._keys.tasks(task_capability(task))
-        await retrying(
-            f"submit of {task.program_id}", lambda: self._redis.xadd(stream, {"task": payload})
-        )
+        await self.submit_many([task])
 
     async def submit_many(self, tasks: Sequence[Task]) -> None:
         """All tasks in one ``MULTI``: one round trip, and all or none of them added (a retry

@@ -157,24 +157,12 @@ async def mark_enqueued(session: AsyncSession, program_id: ProgramId) -> int:
 async def apply_evaluation(
     session: AsyncSession, evaluation: Evaluation, *, cell: CellKey | None
 ) -> bool:
-    """Record a worker's result, once: one UPDATE guarded by ``status = 'pending'``.
+    """Record a worker's result, once (:func:`apply_evaluations` with one result).
 
     Returns False when the program is not pending any more (a duplicate delivery, or a program
     already failed by the dead-letter path); nothing is changed then.
     """
-    if evaluation.status is ProgramStatus.PENDING:
-        raise ProgramDbError(f"an evaluation cannot leave program {evaluation.program_id} pending")
-    result = await session.execute(
-        update(ProgramRow)
-        .where(
-            ProgramRow.id == evaluation.program_id,
-            ProgramRow.job_id == evaluation.job_id,
-            ProgramRow.status == ProgramStatus.PENDING.value,
-        )
-        .values(**_result_values(evaluation, cell))
-        .execution_options(**_NO_SYNC)
-    )
-    return _rowcount(result) == 1
+    return evaluation.program_id in await apply_evaluations(session, [(evaluation, cell)])
 
 
 _RESULT_COLUMNS = (
@@ -186,7 +174,7 @@ _RESULT_COLUMNS = (
 async def apply_evaluations(
     session: AsyncSession, results: Sequence[tuple[Evaluation, CellKey | None]]
 ) -> set[ProgramId]:
-    """:func:`apply_evaluation` for many results in two statements; returns the ids applied.
+    """Record workers' results, each once, in two statements; returns the ids applied.
 
     The pending rows are read and locked first (``FOR UPDATE``; SQLite has one writer anyway),
     then one UPDATE runs for all of them, still guarded by ``status = 'pending'``. A program that
@@ -203,21 +191,17 @@ async def apply_evaluations(
     if not first:
         return set()
     table = table_of(ProgramRow)
-    pending = set(
-        await session.scalars(
-            select(table.c.id)
-            .where(
-                table.c.id.in_(list(first)),
-                table.c.status == ProgramStatus.PENDING.value,
-            )
-            .with_for_update()
-        )
+    locked = await session.execute(
+        select(table.c.id, table.c.job_id)
+        .where(table.c.id.in_(list(first)), table.c.status == ProgramStatus.PENDING.value)
+        .with_for_update()
     )
+    pending = {(str(program_id), str(job_id)) for program_id, job_id in locked}
     rows = [
         {"b_id": program_id, "b_job": evaluation.job_id}
         | {f"b_{key}": value for key, value in _result_values(evaluation, cell).items()}
         for program_id, (evaluation, cell) in first.items()
-        if program_id in pending
+        if (program_id, evaluation.job_id) in pending
     ]
     if rows:
         statement = (
