@@ -127,10 +127,13 @@ async def test_a_redis_flush_mid_job_resends_pending_programs_and_the_job_finish
     supervisor = Supervisor(pg_sessions, redis=redis, options=options)
     try:
         job = await _submit(pg_sessions)
-        async with _running(supervisor.run), _running(_worker(redis_url, keys)):
-            await _wait_for(pg_sessions, job, lambda c, _s: c["finished"] >= 3)
+        async with _running(supervisor.run):
+            # No worker yet: the job is running and its tasks wait in Redis when it is flushed
+            # (a job this small would otherwise finish before a flush could meet a task).
+            await _wait_for(pg_sessions, job, lambda c, s: s is JobState.RUNNING and c["pending"])
             delete_prefix(redis_url, keys.prefix)  # FLUSHDB, confined to this test's keys
-            await _ends_done(pg_sessions, job)
+            async with _running(_worker(redis_url, keys)):
+                await _ends_done(pg_sessions, job)
     finally:
         await redis.aclose()
     async with pg_sessions() as session:
