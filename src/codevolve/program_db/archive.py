@@ -32,6 +32,9 @@ class AddOutcome(StrEnum):
     STALE = "stale"  # the island was reset since the parent was sampled; nothing written
 
 
+WRITTEN = (AddOutcome.NEW, AddOutcome.IMPROVED)  # the outcomes that change the archive
+
+
 @dataclass(frozen=True, slots=True)
 class EliteRef:
     """The elite of one cell of one island: which program, and its score (higher is better)."""

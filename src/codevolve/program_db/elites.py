@@ -21,6 +21,7 @@ from codevolve.core.program import CaseResult, CellKey, IslandId, JobId, Program
 from codevolve.core.prompt import BestCase
 from codevolve.program_db import archive
 from codevolve.program_db.archive import (
+    WRITTEN,
     AddOutcome,
     EliteRef,
     by_rank,
@@ -31,8 +32,6 @@ from codevolve.program_db.errors import ProgramDbError
 from codevolve.program_db.models import BestCaseRow, EliteRow, IslandRow
 from codevolve.program_db.programs import get_programs
 from codevolve.program_db.sql import dialect_insert, table_of
-
-WRITTEN = (AddOutcome.NEW, AddOutcome.IMPROVED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,7 @@ from codevolve.core.prompt import BestCase, ProgramView, Prompt, Proposal, Propo
 from codevolve.core.task import Task
 from codevolve.evaluator_workers.queue import TaskQueue
 from codevolve.program_db import archive, repository
-from codevolve.program_db.archive import AddOutcome
+from codevolve.program_db.archive import WRITTEN
 from codevolve.program_db.mirror import ArchiveMirror
 from codevolve.prompt_sampler.builder import build_prompt
 from codevolve.prompt_sampler.diff import apply_answer
@@ -58,7 +58,6 @@ INITIAL_PROPOSAL_INDEX = -1  # the seed program is not the answer to any proposa
 RESULT_POLL_S = 0.2  # seconds; how often the result loop checks for the end of the run
 RESULT_BATCH = 256  # results applied per transaction, at most
 CACHED_PROGRAMS = 4096  # elite programs kept in memory for prompts (parents, inspirations)
-WRITTEN = (AddOutcome.NEW, AddOutcome.IMPROVED)
 CONTROL_POLL_S = 2.0  # seconds; how often the job's state is re-read (pause/cancel from outside)
 
 
