@@ -14,7 +14,12 @@ from codevolve.core.program import CaseResult
 from codevolve.core.prompt import BestCase, ProgramView, Prompt
 from codevolve.evaluator_workers.gpu import fake_jobs
 from codevolve.problems.gemm_tiling.errors import GemmTilingError
-from codevolve.problems.gemm_tiling.shapes import all_shapes, heldout_shapes, train_shapes
+from codevolve.problems.gemm_tiling.shapes import (
+    all_shapes,
+    heldout_shapes,
+    train_shapes,
+    validation_shapes,
+)
 from codevolve.problems.gemm_tiling.space import GemmConfig
 from codevolve.problems.gemm_tiling_gpu.oracle import (
     candidate_configs,
@@ -72,12 +77,39 @@ def test_the_gpu_stage_scores_measured_speedup_over_the_expert_and_records_the_d
     assert result.passed and result.score is not None
     assert abs(result.score - 1.0) < 1e-12  # the expert against itself
     rows = device.payloads[0]["pairs"]
-    assert len(rows) == 2 * len(train_shapes() + heldout_shapes())
+    assert len(rows) == 2 * len(train_shapes() + validation_shapes() + heldout_shapes())
     assert result.artifacts["device_index"] == "5"
     assert {"gpu_speedup", "gpu_vs_cublas", "gpu_speedup_decode"} <= set(result.metrics)
+    assert {"gpu_speedup_train", "gpu_speedup_validation"} <= set(result.metrics)
     assert "score" in result.heldout  # the held-out split is measured, reported, not scored
     assert all(case.key.startswith("gpu M=") for case in result.cases)
-    assert len(result.cases) == len(train_shapes())
+    scored = {case.key.removeprefix("gpu ") for case in result.cases}
+    assert scored == {s.key for s in train_shapes() + validation_shapes()}
+    assert scored.isdisjoint(s.key for s in heldout_shapes())
+
+
+# Answers like the expert on every shape but 8B.gate_up with 33 <= M <= 64, where it returns a
+# tiny tile: no train shape reaches that rule (the split holds 8B.gate_up M=64 out), the
+# validation shape 8B.gate_up M=48 does.
+UNREACHED_RULE = EXPERT_SOURCE.replace(
+    "    if M <= 32:",
+    "    if N == 28672 and 32 < M <= 64:\n        return GemmConfig(16, 16, 128, 1, 5, 4)\n"
+    "    if M <= 32:",
+)
+
+
+def test_a_rule_no_train_shape_reaches_is_still_timed_and_scored_by_the_gpu_stage() -> None:
+    reached = [s for s in train_shapes() if s.n == 28672 and 32 < s.m <= 64]
+    assert reached == []  # the premise: the train split leaves this rule unjudged
+    assert [s.m for s in validation_shapes() if s.n == 28672 and 32 < s.m <= 64] == [48]
+    rng = np.random.default_rng(0)
+    result = GpuTrainStage().run_on(FakeCandidate(UNREACHED_RULE), FakeDevice(), rng)
+    assert result.passed and result.score is not None
+    assert result.metrics["gpu_speedup_train"] == pytest.approx(1.0)
+    assert result.metrics["gpu_speedup_validation"] < 0.99
+    assert result.score < 1.0
+    slow = next(c for c in result.cases if c.key == "gpu M=48 N=28672 K=4096")
+    assert slow.detail == str(GemmConfig(16, 16, 128, 1, 5, 4))
 
 
 def test_a_wrong_kernel_result_or_a_device_fault_fails_the_program() -> None:

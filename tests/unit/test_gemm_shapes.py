@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 from codevolve.problems.gemm_tiling import shapes
@@ -71,3 +72,18 @@ def test_probe_shapes_are_six_train_shapes_spanning_regimes_and_models() -> None
     assert {(s.regime, s.model) for s in probes} == {
         (regime, model) for regime in ("decode", "mid", "prefill") for model in ("8B", "70B_tp8")
     }
+
+
+def test_validation_shapes_are_every_projection_between_the_grid_values_and_none_of_the_88() -> (
+    None
+):
+    validation = shapes.validation_shapes()
+    assert len(validation) == 80 == len(set(validation))
+    assert set(validation).isdisjoint(all_shapes())
+    assert {(s.n, s.k) for s in validation} == {(s.n, s.k) for s in all_shapes()}
+    values = sorted({s.m for s in validation})
+    assert values == list(shapes.VALIDATION_M_VALUES)
+    # One token count strictly between each pair of neighbouring grid values, none outside.
+    for low, high in itertools.pairwise(M_VALUES):
+        assert sum(low < m < high for m in values) == 1
+    assert all(s.projection != "unseen" for s in validation)

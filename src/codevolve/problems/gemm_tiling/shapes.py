@@ -43,6 +43,9 @@ PROJECTIONS = (
     Projection("70B_tp8.down", 8192, 3584),  # K = 28672 / 8
 )
 M_VALUES = (1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)  # tokens per batch
+# Token counts between those of M_VALUES (about their geometric midpoints), never in the 88 shapes:
+# the validation shapes of stages that select on more than the train split (gemm-tiling-gpu).
+VALIDATION_M_VALUES = (4, 24, 48, 96, 192, 384, 768, 1536, 3072, 6144)
 
 DECODE_MAX_M = 16  # M <= 16: decode, bound by reading the weights
 PREFILL_MIN_M = 1024  # M >= 1024: prefill, bound by tensor-core throughput
@@ -116,6 +119,22 @@ def train_shapes() -> tuple[GemmShape, ...]:
 def heldout_shapes() -> tuple[GemmShape, ...]:
     """The 44 held-out shapes: reported, never selected on (sorted by M, N, K)."""
     return _split()[1]
+
+
+@functools.cache
+def validation_shapes() -> tuple[GemmShape, ...]:
+    """The 8 projections at the token counts between the grid's (80 shapes, sorted by M, N, K).
+
+    None of them is one of the 88 shapes, so selecting on them leaks nothing of the held-out split.
+    They exist because 44 train shapes leave parts of the shape space unreached: a rule that only
+    held-out shapes take (``if M <= 64:`` after rules that catch every train shape with M <= 64)
+    would otherwise never be judged. A validation shape sits between two grid values of M for
+    every projection, so each range of M (or of M * N) that a rule can carve out around a
+    held-out shape usually holds one.
+    """
+    return tuple(
+        sorted(GemmShape(m, p.n, p.k, p.name) for p in PROJECTIONS for m in VALIDATION_M_VALUES)
+    )
 
 
 @functools.cache

@@ -4,9 +4,11 @@ Same program format, shapes, split and config space as gemm-tiling (its descript
 task). The cascade starts on the cost model, on any CPU worker: static check, six-shape probe,
 the 44 train shapes under the model. A program whose model score keeps
 :data:`PROMOTION` of its parent's is promoted to the GPU stage, which times the trusted Triton
-kernel with the program's configs on the train shapes (stages.py); its measured geomean speedup
-over the expert is the program's score. One evaluation thus crosses worker pools: the CPU part
-runs where capability "cpu" is served, the GPU part where "gpu" is.
+kernel with the program's configs on the train shapes and on 80 validation shapes, the
+projections at token counts between the grid's (stages.py); its measured geomean speedup over the
+expert on those 124 shapes is the program's score. The validation shapes are never held out: they
+make the GPU judge the rules that no train shape reaches. One evaluation thus crosses worker
+pools: the CPU part runs where capability "cpu" is served, the GPU part where "gpu" is.
 
 The mutations are gemm-tiling's, but where a parent was timed on the GPU they read only its GPU
 cases (:func:`measured_view`): the directed mutation then aims at the train shapes where the
@@ -59,9 +61,10 @@ class GemmTilingGpuProblem:
         return (
             self._model.description
             + "\n\nThe final score is measured on a real GPU (an NVIDIA H200): the geomean over "
-            "the train shapes of t_expert / t_chosen for the Triton kernel, cold L2, timed "
-            "alternately with cuBLAS. Programs reach the GPU only when their cost-model score "
-            "keeps 97% of their parent's."
+            "the train shapes and 80 validation shapes (every projection at M = 4, 24, 48, 96, "
+            "192, 384, 768, 1536, 3072, 6144) of t_expert / t_chosen for the Triton kernel, cold "
+            "L2, timed alternately with cuBLAS. Programs reach the GPU only when their cost-model "
+            "score keeps 97% of their parent's."
         )
 
     @property
@@ -101,8 +104,9 @@ def _speedup(entry: OracleEntry, name: str) -> float:
 
 
 def measured_view(prompt: Prompt) -> Prompt:
-    """The prompt with the parent's cases and the best cases narrowed to the GPU's (train shapes,
-    measured times); unchanged when the parent has no GPU case (it never reached the GPU)."""
+    """The prompt with the parent's cases and the best cases narrowed to the GPU's (train and
+    validation shapes, measured times); unchanged when the parent has no GPU case (it never
+    reached the GPU)."""
     measured = tuple(c for c in prompt.parent.cases if c.key.startswith(CASE_PREFIX))
     if not measured:
         return prompt

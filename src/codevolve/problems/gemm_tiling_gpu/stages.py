@@ -1,12 +1,16 @@
 """The GPU stage of gemm-tiling-gpu: the candidate's configs timed on a real GPU.
 
 The candidate runs only in the CPU sandbox and returns configs; the worker's device (a trusted
-process holding the GPU) checks and times the kernel with them. Per train shape the device
-measures the candidate's config and the expert's, each alternating with cuBLAS; the shape's
-speedup is the ratio of the two cuBLAS-relative times, ``(t_expert / t_cublas) /
-(t_chosen / t_cublas')``, so drift between the two measurements cancels. The device process
-caches measurements per (shape, config): a child that changes the config of three shapes costs
-three new measurements, and the expert is measured once per process.
+process holding the GPU) checks and times the kernel with them. The stage selects on the 44 train
+shapes and the 80 validation shapes (the projections at token counts between the grid's, never
+held out: shapes.validation_shapes): on train alone, a rule that only held-out shapes reach is
+never timed, and its config can be anything (a GPU-evolved program once sent 8B.gate_up M=64 to a
+decode tile at 0.55 of the oracle that way). Per selection shape the device measures the
+candidate's config and the expert's, each alternating with cuBLAS; the shape's speedup is the
+ratio of the two cuBLAS-relative times, ``(t_expert / t_cublas) / (t_chosen / t_cublas')``, so
+drift between the two measurements cancels. The device process caches measurements per (shape,
+config): a child that changes the config of three shapes costs three new measurements, and the
+expert is measured once per process.
 
 Any config that does not compile or computes a wrong result fails the program; so does a device
 fault (the device process is recycled).
@@ -24,7 +28,12 @@ from codevolve.core.device import GPU, Device
 from codevolve.core.problem import Candidate, Threshold
 from codevolve.core.program import CaseResult, StageResult
 from codevolve.problems.gemm_tiling.baselines import expert_config, geomean
-from codevolve.problems.gemm_tiling.shapes import GemmShape, heldout_shapes, train_shapes
+from codevolve.problems.gemm_tiling.shapes import (
+    GemmShape,
+    heldout_shapes,
+    train_shapes,
+    validation_shapes,
+)
 from codevolve.problems.gemm_tiling.space import GemmConfig
 from codevolve.problems.gemm_tiling.stages import ask_configs
 from codevolve.problems.gemm_tiling_gpu.oracle import load_oracle
@@ -65,7 +74,8 @@ def measure_pairs(shapes: Sequence[GemmShape], configs: Sequence[GemmConfig]) ->
 
 @dataclass(frozen=True, slots=True)
 class GpuTrainStage:
-    """Geomean measured speedup over the expert on the train shapes, on the worker's GPU."""
+    """Geomean measured speedup over the expert on the train and validation shapes, on the
+    worker's GPU; the held-out shapes measured alongside and only reported."""
 
     name: str = "gpu"
     threshold: Threshold | None = None
@@ -78,8 +88,9 @@ class GpuTrainStage:
         return StageResult(stage=self.name, passed=False, score=None, error=error)
 
     def run_on(self, candidate: Candidate, device: Device, rng: np.random.Generator) -> StageResult:
-        train, test = train_shapes(), heldout_shapes()
-        shapes = train + test
+        selection = train_shapes() + validation_shapes()
+        test = heldout_shapes()
+        shapes = selection + test
         configs = ask_configs(self.name, candidate, shapes, hidden=frozenset(test))
         if isinstance(configs, StageResult):
             return configs
@@ -96,7 +107,12 @@ class GpuTrainStage:
             error = f"{kind}: {answer.error}"
             return StageResult(stage=self.name, passed=False, score=None, error=error)
         return score_timings(
-            self.name, shapes, configs, answer.value, device_index=device.index, train=len(train)
+            self.name,
+            shapes,
+            configs,
+            answer.value,
+            device_index=device.index,
+            scored=len(selection),
         )
 
 
@@ -107,11 +123,11 @@ def score_timings(
     value: Any,
     *,
     device_index: int,
-    train: int,
+    scored: int,
 ) -> StageResult:
     """The stage result from the device's reply (rows in :func:`measure_pairs` order).
 
-    The first ``train`` shapes are scored; the rest are held out: reported, never named.
+    The first ``scored`` shapes are scored; the rest are held out: reported, never named.
     """
     rows = value["timings"]
     info = value.get("device", {})
@@ -120,7 +136,7 @@ def score_timings(
         ours, expert = rows[2 * i], rows[2 * i + 1]
         for row, who in ((ours, str(config)), (expert, "the expert's config")):
             if row["status"] != "ok":
-                where = shape.key if i < train else "a held-out shape"
+                where = shape.key if i < scored else "a held-out shape"
                 error = f"{where}: {who} is {row['status']}: {row['detail']}"
                 return StageResult(stage=stage, passed=False, score=None, error=error)
         timings.append(
@@ -133,18 +149,20 @@ def score_timings(
                 expert_cublas_us=float(expert["cublas_us"]),
             )
         )
-    return _result(stage, timings[:train], timings[train:], info, device_index)
+    return _result(stage, timings[:scored], timings[scored:], info, device_index)
 
 
 def _over_oracle(timings: Sequence[ShapeTiming]) -> float | None:
-    """Geomean of t_oracle / t_chosen, each relative to its own interleaved cuBLAS time."""
+    """Geomean of t_oracle / t_chosen over the timings of shapes the stored oracle has (the 88),
+    each relative to its own interleaved cuBLAS time."""
     oracle = load_oracle()
-    if oracle is None:
+    known = [t for t in timings if oracle is not None and t.shape in oracle.entries]
+    if oracle is None or not known:
         return None
     return geomean(
         (oracle.entries[t.shape].time_us / oracle.entries[t.shape].cublas_us)
         / (t.time_us / t.cublas_us)
-        for t in timings
+        for t in known
     )
 
 
@@ -156,8 +174,11 @@ def _result(
     device_index: int,
 ) -> StageResult:
     speedup = geomean(t.speedup for t in timings)
+    train = set(train_shapes())
     metrics = {
         "gpu_speedup": speedup,
+        "gpu_speedup_train": geomean(t.speedup for t in timings if t.shape in train),
+        "gpu_speedup_validation": geomean(t.speedup for t in timings if t.shape not in train),
         "gpu_vs_cublas": geomean(t.vs_cublas for t in timings),
         **{
             f"gpu_speedup_{regime}": geomean(t.speedup for t in timings if t.shape.regime == regime)
@@ -173,7 +194,8 @@ def _result(
     worst = sorted(timings, key=lambda t: t.speedup)[:3]
     feedback = (
         f"Measured on {info.get('name', 'the GPU')}: geomean speedup over the expert "
-        f"{speedup:.3f}x on {len(timings)} train shapes; slowest relative to the expert: "
+        f"{speedup:.3f}x on {len(timings)} train and validation shapes; slowest relative to the "
+        "expert: "
         + "; ".join(
             f"{t.shape.key}: {t.config} {t.time_us:.1f} us ({t.speedup:.2f}x)" for t in worst
         )
