@@ -78,12 +78,14 @@ def test_validation_shapes_are_every_projection_between_the_grid_values_and_none
     None
 ):
     validation = shapes.validation_shapes()
-    assert len(validation) == 80 == len(set(validation))
+    assert len(validation) == 96 == len(set(validation))
     assert set(validation).isdisjoint(all_shapes())
     assert {(s.n, s.k) for s in validation} == {(s.n, s.k) for s in all_shapes()}
     values = sorted({s.m for s in validation})
     assert values == list(shapes.VALIDATION_M_VALUES)
-    # One token count strictly between each pair of neighbouring grid values, none outside.
-    for low, high in itertools.pairwise(M_VALUES):
+    # Each octave the grid skips below 16, then one token count between neighbouring grid values.
+    assert [m for m in values if m < 16] == [2, 4, 8]
+    for low, high in itertools.pairwise(M_VALUES[1:]):
         assert sum(low < m < high for m in values) == 1
+    assert max(values) < max(M_VALUES)
     assert all(s.projection != "unseen" for s in validation)

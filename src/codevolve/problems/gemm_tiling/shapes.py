@@ -43,9 +43,10 @@ PROJECTIONS = (
     Projection("70B_tp8.down", 8192, 3584),  # K = 28672 / 8
 )
 M_VALUES = (1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)  # tokens per batch
-# Token counts between those of M_VALUES (about their geometric midpoints), never in the 88 shapes:
-# the validation shapes of stages that select on more than the train split (gemm-tiling-gpu).
-VALIDATION_M_VALUES = (4, 24, 48, 96, 192, 384, 768, 1536, 3072, 6144)
+# Token counts missing from M_VALUES, never in the 88 shapes: the octaves that the grid skips
+# between 1 and 16 (2, 4, 8) and the points between its neighbours from 16 up (3 * 2**k). The
+# validation shapes of stages that select on more than the train split (gemm-tiling-gpu).
+VALIDATION_M_VALUES = (2, 4, 8, 24, 48, 96, 192, 384, 768, 1536, 3072, 6144)
 
 DECODE_MAX_M = 16  # M <= 16: decode, bound by reading the weights
 PREFILL_MIN_M = 1024  # M >= 1024: prefill, bound by tensor-core throughput
@@ -123,7 +124,7 @@ def heldout_shapes() -> tuple[GemmShape, ...]:
 
 @functools.cache
 def validation_shapes() -> tuple[GemmShape, ...]:
-    """The 8 projections at the token counts between the grid's (80 shapes, sorted by M, N, K).
+    """The 8 projections at the token counts between the grid's (96 shapes, sorted by M, N, K).
 
     None of them is one of the 88 shapes, so selecting on them leaks nothing of the held-out split.
     They exist because 44 train shapes leave parts of the shape space unreached: a rule that only

@@ -4,9 +4,9 @@ Same program format, shapes, split and config space as gemm-tiling (its descript
 task). The cascade starts on the cost model, on any CPU worker: static check, six-shape probe,
 the 44 train shapes under the model. A program whose model score keeps
 :data:`PROMOTION` of its parent's is promoted to the GPU stage, which times the trusted Triton
-kernel with the program's configs on the train shapes and on 80 validation shapes, the
+kernel with the program's configs on the train shapes and on 96 validation shapes, the
 projections at token counts between the grid's (stages.py); its measured geomean speedup over the
-expert on those 124 shapes is the program's score. The validation shapes are never held out: they
+expert on those 140 shapes is the program's score. The validation shapes are never held out: they
 make the GPU judge the rules that no train shape reaches. One evaluation thus crosses worker
 pools: the CPU part runs where capability "cpu" is served, the GPU part where "gpu" is.
 
@@ -61,10 +61,10 @@ class GemmTilingGpuProblem:
         return (
             self._model.description
             + "\n\nThe final score is measured on a real GPU (an NVIDIA H200): the geomean over "
-            "the train shapes and 80 validation shapes (every projection at M = 4, 24, 48, 96, "
-            "192, 384, 768, 1536, 3072, 6144) of t_expert / t_chosen for the Triton kernel, cold "
-            "L2, timed alternately with cuBLAS. Programs reach the GPU only when their cost-model "
-            "score keeps 97% of their parent's."
+            "the train shapes and 96 validation shapes (every projection at M = 2, 4, 8, 24, 48, "
+            "96, 192, 384, 768, 1536, 3072, 6144) of t_expert / t_chosen for the Triton kernel, "
+            "cold L2, timed alternately with cuBLAS. Programs reach the GPU only when their "
+            "cost-model score keeps 97% of their parent's."
         )
 
     @property

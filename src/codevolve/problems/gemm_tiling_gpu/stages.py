@@ -2,7 +2,7 @@
 
 The candidate runs only in the CPU sandbox and returns configs; the worker's device (a trusted
 process holding the GPU) checks and times the kernel with them. The stage selects on the 44 train
-shapes and the 80 validation shapes (the projections at token counts between the grid's, never
+shapes and the 96 validation shapes (the projections at token counts between the grid's, never
 held out: shapes.validation_shapes): on train alone, a rule that only held-out shapes reach is
 never timed, and its config can be anything (a GPU-evolved program once sent 8B.gate_up M=64 to a
 decode tile at 0.55 of the oracle that way). Per selection shape the device measures the
