@@ -17,7 +17,12 @@ from codevolve.core.errors import UnknownProblemError
 from codevolve.core.problem import JSONValue, Problem, SandboxErrorKind, SandboxReply, Stage
 from codevolve.core.program import StageResult
 from codevolve.problems.gemm_tiling.problem import GemmTilingProblem
-from codevolve.problems.gemm_tiling.shapes import all_shapes, heldout_shapes, train_shapes
+from codevolve.problems.gemm_tiling.shapes import (
+    all_shapes,
+    heldout_shapes,
+    train_shapes,
+    validation_shapes,
+)
 from codevolve.problems.gemm_tiling.stages import (
     ProbeStage,
     StaticStage,
@@ -106,9 +111,10 @@ def test_initial_program_passes_every_stage_with_train_speedup_one() -> None:
     assert (static.passed, static.score) == (True, 1.0)
     assert probe.passed and probe.score == pytest.approx(1.0)
     assert train.passed and train.score == pytest.approx(1.0)
-    for name in ("speedup", "speedup_decode", "speedup_mid", "speedup_prefill"):
+    for name in ("speedup", "train_score", "validation_speedup", "speedup_decode"):
         assert train.metrics[name] == pytest.approx(1.0)
     assert 0.7 < train.metrics["over_oracle"] < 1.0
+    assert 0.7 < train.metrics["validation_over_oracle"] < 1.0
     assert train.heldout["test_speedup"] == pytest.approx(1.0)
     assert train.heldout["score"] == train.heldout["test_speedup"]
     assert 0.0 < train.heldout["test_over_oracle"] < 1.0
@@ -116,11 +122,12 @@ def test_initial_program_passes_every_stage_with_train_speedup_one() -> None:
     assert "1.000x" in train.feedback
 
 
-def test_train_cases_cover_each_train_shape_with_its_config() -> None:
+def test_train_cases_cover_each_train_and_validation_shape_with_its_config() -> None:
     train = TrainStage().run(InProcessCandidate(INITIAL), np.random.default_rng(0))
-    assert len(train.cases) == 44
+    assert len(train.cases) == 44 + 96
     keys = {case.key for case in train.cases}
-    assert keys == {shape.key for shape in train_shapes()}  # held-out shapes are never cases
+    selection = train_shapes() + validation_shapes()
+    assert keys == {shape.key for shape in selection}  # held-out shapes are never cases
     assert not keys & {shape.key for shape in heldout_shapes()}
     case = next(c for c in train.cases if c.key.startswith("M=16 "))
     assert case.detail == "GemmConfig(32, 64, 64, 2, 3, 8)"
@@ -211,3 +218,16 @@ def test_static_grid_spans_known_and_fresh_shapes_and_changes_per_evaluation() -
     assert {s.m for s in first} >= set(range(1, 65)) | {16384}
     assert len({(s.n, s.k) for s in first}) >= 12
     assert set(first) != set(second)
+
+
+def test_a_rule_that_no_train_shape_reaches_is_judged_on_the_validation_shapes() -> None:
+    # 8B.down and 8B.o at 2 <= M <= 8: no train shape (M is 1 or 16 there), validation M = 2, 4, 8.
+    unreached = _with_branch(
+        "    if 1 < M < 16 and N == 4096:\n        return GemmConfig(16, 16, 16, 1, 1, 1)\n"
+    )
+    assert not [s for s in train_shapes() if 1 < s.m < 16]
+    train = TrainStage().run(unreached, np.random.default_rng(0))
+    assert train.passed and train.score is not None
+    assert train.metrics["train_score"] == pytest.approx(1.0)  # train alone cannot see the rule
+    assert train.metrics["validation_speedup"] < 0.95
+    assert train.score < 1.0

@@ -12,6 +12,9 @@ from codevolve.program_db import repository
 from codevolve.services.usage_views import job_usage
 
 HELDOUT_SCORE = "score"  # the held-out metric that mirrors a program's score on the held-out split
+# A problem that selects on more shapes than its train split (validation shapes) reports the
+# score on the train split alone under this metric; the report's train row reads it.
+TRAIN_SCORE = "train_score"
 
 
 async def build_report(session: AsyncSession, job_id: str, problem: Problem) -> dict[str, Any]:
@@ -46,7 +49,7 @@ async def build_report(session: AsyncSession, job_id: str, problem: Problem) -> 
         "max_cost_usd": job.config.proposer.max_cost_usd,
         **await job_usage(session, job_id),  # tokens_in, tokens_out, cost_usd, by_proposer, ...
     }
-    evolved_train = best.score if best else None
+    evolved_train = best.metrics.get(TRAIN_SCORE, best.score) if best else None
     evolved_test = best.heldout.get(HELDOUT_SCORE) if best else None
     for split, evolved in (("train", evolved_train), ("test", evolved_test)):
         row: dict[str, float | None] = {}

@@ -18,13 +18,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from codevolve.problems.gemm_tiling.cost_model import FloatArray, model_times, time_table
+from codevolve.problems.gemm_tiling.cost_model import (
+    FloatArray,
+    model_times,
+    time_table,
+    validation_time_table,
+)
 from codevolve.problems.gemm_tiling.errors import GemmTilingError
 from codevolve.problems.gemm_tiling.shapes import (
     GemmShape,
     heldout_shapes,
     shape_index,
     train_shapes,
+    validation_shapes,
 )
 from codevolve.problems.gemm_tiling.space import GemmConfig, all_configs, config_index
 
@@ -41,8 +47,16 @@ def expert_config(m: int, n: int, k: int) -> GemmConfig:
 
 def shape_times(shape: GemmShape) -> FloatArray:
     """Model times (microseconds) of one shape under all 6000 configs; inf where not launchable."""
-    row = shape_index().get(shape)
-    return model_times(shape) if row is None else time_table()[row]
+    index, table = shape_index(), time_table
+    if shape not in index:
+        index, table = _validation_index(), validation_time_table
+    row = index.get(shape)
+    return model_times(shape) if row is None else table()[row]
+
+
+@functools.cache
+def _validation_index() -> dict[GemmShape, int]:
+    return {shape: i for i, shape in enumerate(validation_shapes())}
 
 
 def oracle_config(shape: GemmShape) -> GemmConfig:

@@ -33,11 +33,12 @@ backend's calibration reports how far the model is from a real H200.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-from codevolve.problems.gemm_tiling.shapes import GemmShape, all_shapes
+from codevolve.problems.gemm_tiling.shapes import GemmShape, all_shapes, validation_shapes
 from codevolve.problems.gemm_tiling.space import (
     BYTES_PER_ELEMENT,
     REGISTER_OVERHEAD,
@@ -112,7 +113,18 @@ def paired_times(shapes: tuple[GemmShape, ...], configs: ConfigArrays) -> FloatA
 def time_table() -> FloatArray:
     """Model times (microseconds), shape (88, 6000): rows as :func:`all_shapes`, columns as
     :func:`~codevolve.problems.gemm_tiling.space.all_configs`. Computed once per process."""
-    dims = np.array([(s.m, s.n, s.k) for s in all_shapes()], dtype=np.float64)
+    return times_of(all_shapes())
+
+
+@functools.cache
+def validation_time_table() -> FloatArray:
+    """The same for the validation shapes, shape (96, 6000), rows as :func:`validation_shapes`."""
+    return times_of(validation_shapes())
+
+
+def times_of(shapes: Sequence[GemmShape]) -> FloatArray:
+    """Model times (microseconds) of each shape under each config, shape (shapes, 6000), frozen."""
+    dims = np.array([(s.m, s.n, s.k) for s in shapes], dtype=np.float64).reshape(-1, 3)
     table = kernel_time_us(dims[:, 0:1], dims[:, 1:2], dims[:, 2:3], config_space())
     table.setflags(write=False)
     return table
