@@ -80,7 +80,7 @@ def test_the_gpu_stage_scores_measured_speedup_over_the_expert_and_records_the_d
     assert len(rows) == 2 * len(train_shapes() + validation_shapes() + heldout_shapes())
     assert result.artifacts["device_index"] == "5"
     assert {"gpu_speedup", "gpu_vs_cublas", "gpu_speedup_decode"} <= set(result.metrics)
-    assert {"gpu_speedup_train", "gpu_speedup_validation"} <= set(result.metrics)
+    assert {"train_score", "gpu_speedup_validation"} <= set(result.metrics)
     assert "score" in result.heldout  # the held-out split is measured, reported, not scored
     assert all(case.key.startswith("gpu M=") for case in result.cases)
     scored = {case.key.removeprefix("gpu ") for case in result.cases}
@@ -105,7 +105,7 @@ def test_a_rule_no_train_shape_reaches_is_still_timed_and_scored_by_the_gpu_stag
     rng = np.random.default_rng(0)
     result = GpuTrainStage().run_on(FakeCandidate(UNREACHED_RULE), FakeDevice(), rng)
     assert result.passed and result.score is not None
-    assert result.metrics["gpu_speedup_train"] == pytest.approx(1.0)
+    assert result.metrics["train_score"] == pytest.approx(1.0)
     assert result.metrics["gpu_speedup_validation"] < 0.99
     assert result.score < 1.0
     slow = next(c for c in result.cases if c.key == "gpu M=48 N=28672 K=4096")
