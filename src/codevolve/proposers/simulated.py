@@ -26,6 +26,7 @@ class SimulatedProposer:
     """Answers a prompt with one domain or generic mutation of the parent."""
 
     name = "simulated"
+    reads_prompt_text = False  # it reads the parent's source and the structured fields
 
     def __init__(
         self,
