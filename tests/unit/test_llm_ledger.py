@@ -13,6 +13,7 @@ from codevolve.services.proposal_ledger import ProposalLedger
 
 class Learner:
     name = "learner"
+    reads_prompt_text = True
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, float, float]] = []

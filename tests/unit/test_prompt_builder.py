@@ -250,3 +250,26 @@ def test_a_negative_feedback_case_limit_is_refused() -> None:
 def test_a_parent_without_a_score_is_labelled_unscored() -> None:
     text = prompt_for(parent=dataclasses.replace(PARENT, score=None)).text
     assert "Score: none" in text
+
+
+def test_an_unrendered_prompt_draws_the_same_and_names_the_same_variant() -> None:
+    def build(render: bool, rng: np.random.Generator) -> Prompt:
+        return build_prompt(
+            job_id="job-1",
+            problem="tiles",
+            context=CONTEXT,
+            proposal_index=7,
+            island=2,
+            parent=PARENT,
+            inspirations=INSPIRATIONS,
+            best_cases=BEST_CASES,
+            rng=rng,
+            render=render,
+        )
+
+    for seed in range(12):
+        rendered_rng, bare_rng = np.random.default_rng(seed), np.random.default_rng(seed)
+        rendered, bare = build(True, rendered_rng), build(False, bare_rng)
+        assert rendered.text and bare.text == ""
+        assert dataclasses.replace(bare, text=rendered.text) == rendered
+        assert bare_rng.random() == rendered_rng.random()

@@ -15,7 +15,7 @@ from codevolve.core.prompt import ProgramView, Prompt
 from codevolve.prompt_sampler.diff import ParsedAnswer, apply_answer, parse_answer
 from codevolve.proposers.errors import ProposerError
 from codevolve.proposers.generic import generic_mutations
-from codevolve.proposers.simulated import NO_MUTATION, SimulatedProposer
+from codevolve.proposers.simulated import NO_MUTATION, SimulatedProposer, weighted_order
 
 FIXED_HEAD = '''\
 """A toy problem: everything outside the block is fixed."""
@@ -255,3 +255,17 @@ async def test_the_proposer_stops_after_its_attempts() -> None:
 def test_the_proposer_rejects_a_weight_outside_zero_to_one(weight: float) -> None:
     with pytest.raises(ProposerError, match="domain_weight"):
         SimulatedProposer([], domain_weight=weight)
+
+
+@pytest.mark.parametrize(
+    "weights", [(1, 1, 1, 1, 8, 1, 1, 1), (1, 2, 3), (5, 1), (0.5, 7, 1, 3, 1, 2, 9, 1, 1, 4)]
+)
+def test_the_weighted_order_draws_exactly_what_numpys_choice_draws(
+    weights: tuple[float, ...],
+) -> None:
+    p = np.array(weights, dtype=float) / sum(weights)
+    for seed in range(500):
+        ours, numpys = np.random.default_rng(seed), np.random.default_rng(seed)
+        expected = [int(i) for i in numpys.choice(len(p), size=len(p), replace=False, p=p)]
+        assert weighted_order(p.tolist(), ours) == expected
+        assert ours.random() == numpys.random()  # the generators are left in the same state

@@ -38,7 +38,8 @@ class Prompt:
     """Everything a proposer is given for one proposal.
 
     ``text`` is the rendered prompt an LLM reads; the structured fields carry the same information
-    for the simulated proposer, which must not parse prose.
+    for the simulated proposer, which must not parse prose. The controller leaves ``text`` empty
+    for a proposer that never reads it, unless prompts are stored.
     """
 
     job_id: str
@@ -49,7 +50,7 @@ class Prompt:
     inspirations: tuple[ProgramView, ...]
     best_cases: Mapping[str, BestCase]
     context: str  # the problem's description for the proposer
-    text: str  # the full rendered prompt
+    text: str  # the full rendered prompt, or "" when it was not rendered
     variant: str = "default"  # which template variant produced ``text``
 
 

@@ -8,6 +8,7 @@ so a run is reproducible from its seed.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -117,17 +118,27 @@ def choose_parent(
     *,
     exploit_ratio: float,
     temperature: float,
+    ranked: bool = False,
 ) -> EliteRef:
     """With probability ``exploit_ratio`` pick by score rank (see :func:`rank_weights`), otherwise
-    uniformly over the occupied cells, which keeps weak niches alive as stepping stones."""
+    uniformly over the occupied cells, which keeps weak niches alive as stepping stones.
+    ``ranked``: the elites are already in :func:`by_rank` order."""
     if not elites:
         raise ProgramDbError("cannot choose a parent from an empty island")
-    ranked = by_rank(elites)
+    ranked_elites = elites if ranked else by_rank(elites)
     if rng.random() < exploit_ratio:
-        index = int(rng.choice(len(ranked), p=rank_weights(len(ranked), temperature)))
+        weights = _cached_rank_weights(len(ranked_elites), temperature)
+        index = int(rng.choice(len(ranked_elites), p=weights))
     else:
-        index = int(rng.integers(len(ranked)))
-    return ranked[index]
+        index = int(rng.integers(len(ranked_elites)))
+    return ranked_elites[index]
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_rank_weights(n: int, temperature: float) -> npt.NDArray[np.float64]:
+    weights = rank_weights(n, temperature)
+    weights.setflags(write=False)  # shared by every draw
+    return weights
 
 
 def choose_inspirations(
@@ -137,12 +148,13 @@ def choose_inspirations(
     *,
     top: int,
     diverse: int,
+    ranked: bool = False,
 ) -> list[EliteRef]:
     """The ``top`` best elites other than the parent, then ``diverse`` random others; no program
-    appears twice."""
+    appears twice. ``ranked``: the elites are already in :func:`by_rank` order."""
     seen = {parent.program_id}
     others: list[EliteRef] = []
-    for elite in by_rank(elites):
+    for elite in elites if ranked else by_rank(elites):
         if elite.program_id not in seen:
             seen.add(elite.program_id)
             others.append(elite)

@@ -42,6 +42,7 @@ class ArchiveMirror:
         self._cells: dict[IslandId, dict[CellKey, EliteRef]] = {
             island: {elite.cell: elite for elite in elites.get(island, [])} for island in epochs
         }
+        self._ranked: dict[IslandId, list[EliteRef]] = {}  # by_rank order, until a cell changes
 
     @classmethod
     async def load(cls, session: AsyncSession, job_id: JobId) -> ArchiveMirror:
@@ -70,13 +71,17 @@ class ArchiveMirror:
         diverse: int,
     ) -> Drawn | None:
         """A parent and inspirations from the island's elites; None while it has none."""
-        elites = self.elites(island)
+        elites = self._ranked.get(island)
+        if elites is None:
+            elites = self._ranked[island] = archive.by_rank(self.elites(island))
         if not elites:
             return None
         parent = archive.choose_parent(
-            elites, rng, exploit_ratio=exploit_ratio, temperature=temperature
+            elites, rng, exploit_ratio=exploit_ratio, temperature=temperature, ranked=True
         )
-        inspirations = archive.choose_inspirations(elites, parent, rng, top=top, diverse=diverse)
+        inspirations = archive.choose_inspirations(
+            elites, parent, rng, top=top, diverse=diverse, ranked=True
+        )
         return Drawn(parent=parent, inspirations=tuple(inspirations), epoch=self._epochs[island])
 
     def offer(
@@ -93,6 +98,7 @@ class ArchiveMirror:
         if current is not None and not current.score < score:
             return AddOutcome.NOT_ADDED
         cells[cell] = EliteRef(cell=cell, program_id=program_id, score=score)
+        self._ranked.pop(island, None)
         return AddOutcome.NEW if current is None else AddOutcome.IMPROVED
 
     def _island(self, island: IslandId) -> dict[CellKey, EliteRef]:

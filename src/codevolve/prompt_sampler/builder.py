@@ -90,33 +90,39 @@ def build_prompt(
     rng: np.random.Generator,
     max_feedback_cases: int = 8,
     styles: StyleSampler | None = None,
+    render: bool = True,
 ) -> Prompt:
     """The prompt for one proposal; equal generator states (and style statistics) give equal
-    prompts."""
+    prompts. Without ``render`` the text is left empty (for a proposer that reads only the
+    structured fields, when prompts are not stored); the generator draws and the variant are
+    the same either way."""
     if max_feedback_cases < 0:
         raise PromptSamplerError(f"max_feedback_cases must be >= 0, got {max_feedback_cases}")
     task_index = int(rng.integers(len(TASK_LINES)))
     order_name, order = _ORDERS[int(rng.integers(len(_ORDERS)))]
-    editable = layout(parent.source)
+    editable = layout(parent.source) if render or styles is not None else None
     style = None
-    if styles is not None:
+    if styles is not None and editable is not None:
         style = styles.choose(rng, rewrite_allowed=_short(parent.source, editable))
-    limit = min(max_feedback_cases, FOCUSED_CASES) if style == "focused" else max_feedback_cases
-    middle = {
-        "parent": _parent_section(parent),
-        "gaps": _gaps_section(feedback_gaps(parent, best_cases), limit=limit),
-        "inspirations": _inspirations_section(inspirations),
-    }
-    task = TASK_LINES[task_index]
-    if style:
-        task = f"{task} {STYLE_ASKS[style]}".strip()
     variant = f"task{task_index}-{order_name}"
-    sections = [
-        f"# {problem}\n\n{task}",
-        f"## Problem\n\n{context.strip()}",
-        *(middle[name] for name in order),
-        _rewrite_section(editable) if style == "rewrite" else _format_section(editable),
-    ]
+    text = ""
+    if editable is not None and render:
+        task = TASK_LINES[task_index]
+        if style:
+            task = f"{task} {STYLE_ASKS[style]}".strip()
+        limit = min(max_feedback_cases, FOCUSED_CASES) if style == "focused" else max_feedback_cases
+        middle = {
+            "parent": _parent_section(parent),
+            "gaps": _gaps_section(feedback_gaps(parent, best_cases), limit=limit),
+            "inspirations": _inspirations_section(inspirations),
+        }
+        sections = [
+            f"# {problem}\n\n{task}",
+            f"## Problem\n\n{context.strip()}",
+            *(middle[name] for name in order),
+            _rewrite_section(editable) if style == "rewrite" else _format_section(editable),
+        ]
+        text = "\n\n".join(section for section in sections if section) + "\n"
     return Prompt(
         job_id=job_id,
         problem=problem,
@@ -126,7 +132,7 @@ def build_prompt(
         inspirations=tuple(inspirations),
         best_cases=dict(best_cases),
         context=context,
-        text="\n\n".join(section for section in sections if section) + "\n",
+        text=text,
         variant=f"{style}:{variant}" if style else variant,
     )
 

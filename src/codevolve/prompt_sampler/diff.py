@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codevolve.core.diff import Applied, ApplyFailure, ApplyFailureKind, ApplyOutcome, Diff, Hunk
-from codevolve.core.pysource import parse_python
+from codevolve.core.pysource import check_parses
 from codevolve.prompt_sampler.answer import ParsedAnswer, parse_answer
 from codevolve.prompt_sampler.regions import (
     Layout,
@@ -69,7 +69,7 @@ def _judge(parent: str, child: str, *, max_code_length: int) -> ApplyFailure | N
     if child == parent:
         return ApplyFailure(ApplyFailureKind.NO_CHANGE, "the child is identical to the parent")
     try:
-        parse_python(child)
+        check_parses(child)  # the proposer may have checked it already
     except SyntaxError as error:
         where = f"line {error.lineno}: " if error.lineno is not None else ""
         return ApplyFailure(ApplyFailureKind.SYNTAX_ERROR, f"{where}{error.msg}")

@@ -20,6 +20,12 @@ class Proposer(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def reads_prompt_text(self) -> bool:
+        """Whether ``propose`` reads ``Prompt.text``. When it does not (the simulated proposer
+        reads the structured fields), the text is rendered only if prompts are stored."""
+        ...
+
     async def propose(self, prompt: Prompt, rng: np.random.Generator) -> Proposal: ...
 
 

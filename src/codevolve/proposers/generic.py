@@ -9,6 +9,7 @@ child that parses. It returns None when the parent offers no such site.
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import itertools
 import math
@@ -24,6 +25,7 @@ from codevolve.core.pysource import parse_python
 from codevolve.proposers.source_edit import Region, child_of, editable_regions, line_hunk, region_of
 
 MAX_SITES_TRIED = 16  # sites tried per proposal before giving up
+PARSED_PARENTS = 256  # parents whose parse is kept: most proposals draw one of a few elites
 FLOAT_FACTORS = (0.5, 0.8, 0.9, 1.1, 1.25, 2.0)
 SMALL_INT = 2**31  # below it an int may also jump to a random value in [0, 2 * value + 2]
 OPERATOR_CHANGES: dict[str, tuple[str, ...]] = {
@@ -48,10 +50,14 @@ class LineEdit:
 
 @dataclass(frozen=True, slots=True)
 class ParsedSource:
+    """A parent as the finders read it. Shared by every proposal of the same parent (see
+    :func:`parse_source`): finders only read it."""
+
     source: str
     lines: list[str]
     tree: ast.Module
     regions: tuple[Region, ...]
+    nodes: tuple[ast.AST, ...]  # every node of the tree outside f-strings, in walk order
 
     def editable(self, first: int, last: int) -> bool:
         return region_of(self.regions, first, last) is not None
@@ -92,13 +98,17 @@ def generic_mutations() -> tuple[GenericMutation, ...]:
     )
 
 
+@functools.lru_cache(maxsize=PARSED_PARENTS)
 def parse_source(source: str) -> ParsedSource | None:
+    """The parent parsed once: the many children of one elite, and the mutations tried for one
+    proposal, all read the same parse."""
     try:
         tree = parse_python(source)
     except (SyntaxError, ValueError):
         return None
     lines = source.split("\n")
-    return ParsedSource(source, lines, tree, editable_regions(lines))
+    nodes = tuple(_nodes_outside_fstrings(tree))
+    return ParsedSource(source, lines, tree, editable_regions(lines), nodes)
 
 
 def first_applicable(
@@ -123,7 +133,7 @@ def first_applicable(
 
 def constant_edits(parsed: ParsedSource, rng: np.random.Generator) -> list[LineEdit]:
     edits = []
-    for node in _nodes_outside_fstrings(parsed.tree):
+    for node in parsed.nodes:
         if not isinstance(node, ast.Constant) or isinstance(node.value, bool):
             continue
         if not isinstance(node.value, int | float) or node.end_col_offset is None:
@@ -156,7 +166,10 @@ def _new_number(value: int | float, rng: np.random.Generator) -> str | None:
     return repr(scaled)
 
 
+@functools.lru_cache(maxsize=4096)
 def _literal(text: str) -> object:
+    """The value a literal's source text denotes (None if it is not one); memoised, as the same
+    literals are checked for every child of a parent."""
     try:
         return ast.literal_eval(parse_python(text, "eval"))
     except (ValueError, SyntaxError):

@@ -21,7 +21,6 @@ from codevolve.proposers.generic import (
     ParsedSource,
     _byte_slice,
     _literal,
-    _nodes_outside_fstrings,
     _splice,
     _whole_line_simple,
 )
@@ -55,7 +54,7 @@ OPERATOR_TEXT: dict[type[ast.operator], str] = {
 def nudge_edits(parsed: ParsedSource, rng: np.random.Generator) -> list[LineEdit]:
     """Every float literal, multiplied by ``1 + N(0, s)`` with ``s`` drawn from NUDGE_SCALES."""
     edits = []
-    for node in _nodes_outside_fstrings(parsed.tree):
+    for node in parsed.nodes:
         if not isinstance(node, ast.Constant) or type(node.value) is not float:
             continue
         row = node.lineno - 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Hunk, unique_line_hunk
-from codevolve.core.pysource import parse_python
+from codevolve.core.pysource import check_parses
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ def child_of(source: str, hunk: Hunk) -> str | None:
 
 def parses(source: str) -> bool:
     try:
-        parse_python(source)
+        check_parses(source)
     except (SyntaxError, ValueError):  # ValueError: null bytes in the source
         return False
     return True

@@ -134,6 +134,8 @@ class Controller:
         self._problem = problem
         self._proposer = proposer
         self._ledger = ProposalLedger(job.config, proposer)  # cost budget, prompt logs, learning
+        # The prompt's text is rendered only for whoever reads it: the proposer or the log.
+        self._renders_prompts = proposer.reads_prompt_text or self._ledger.logs_prompts
         self._on_progress = on_progress or (lambda _p: None)
         # Archive transactions (results, islands, the job's state) run one at a time, and so do
         # proposal writes. On Postgres the two kinds overlap; SQLite has one writer: one lock.
@@ -308,6 +310,7 @@ class Controller:
             best_cases=best_cases,
             rng=rng,
             styles=self._ledger.styles,
+            render=self._renders_prompts,
         )
         proposal = await self._proposer.propose(prompt, rng)
         return await self._accept(

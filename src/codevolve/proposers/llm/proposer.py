@@ -30,6 +30,7 @@ class LlmProposer:
     """Asks one model of an ensemble per prompt; learns from outcomes when adaptive."""
 
     name = "llm"
+    reads_prompt_text = True
 
     def __init__(self, config: ProposerConfig, client: ChatClient) -> None:
         if config.kind != "llm":
