@@ -205,6 +205,21 @@ async def test_a_restarted_controller_reads_the_result_it_had_not_applied(
     assert await again.next_result(0.05) is None  # acknowledged now
 
 
+async def test_renewing_leases_after_redis_lost_the_group_is_not_an_error(
+    redis: Redis, keys: RedisKeys, redis_url: str
+) -> None:
+    queue = RedisTaskQueue(redis, JOB, keys=keys)
+    await queue.start()
+    await queue.submit(_task())
+    worker = _source(redis, keys, "w")
+    await worker.claim(0.01)
+    task = await worker.claim(1.0)
+    assert task is not None
+    delete_prefix(redis_url, keys.prefix)  # the group goes with the stream
+    await worker.renew_leases()  # raised NOGROUP and stopped the worker's heartbeat
+    await worker.complete(task, _done(task))  # the result still stands
+
+
 async def test_lost_redis_data_is_noticed_and_workers_carry_on(
     redis: Redis, keys: RedisKeys, redis_url: str
 ) -> None:

@@ -444,10 +444,17 @@ class RedisWorkSource:
         """Reset the idle time of the tasks in hand, so that a long evaluation is not reclaimed.
         ``JUSTID`` keeps the delivery count as it is."""
         entries: list[int | bytes | str | memoryview] = list(self._in_hand.values())
-        if entries:
+        if not entries:
+            return
+        try:
             await self._redis.xclaim(
                 self._stream, TASK_GROUP, self._consumer, 0, entries, justid=True
             )
+        except redis_errors.ResponseError as exc:
+            # Redis lost the group (flushed, or restarted empty): there is no lease left to
+            # renew; the tasks come again from the owner and the next claim makes the group.
+            if not _is_nogroup(exc):
+                raise
 
     async def leave(self) -> None:
         """Remove this consumer from the group once nothing is in hand (a graceful drain)."""
