@@ -18,6 +18,10 @@ import numpy as np
 from codevolve.core.program import StageResult
 from codevolve.core.prompt import Prompt
 
+# Metric of a problem that selects on more shapes or cases than its train split (validation
+# shapes): its score on the train split alone, which the run report's train row shows.
+TRAIN_SCORE = "train_score"
+
 JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
 
 

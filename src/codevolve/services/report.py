@@ -6,15 +6,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from codevolve.core.problem import Problem
+from codevolve.core.problem import TRAIN_SCORE, Problem
 from codevolve.core.prompt import ProposalStatus
 from codevolve.program_db import repository
 from codevolve.services.usage_views import job_usage
 
 HELDOUT_SCORE = "score"  # the held-out metric that mirrors a program's score on the held-out split
-# A problem that selects on more shapes than its train split (validation shapes) reports the
-# score on the train split alone under this metric; the report's train row reads it.
-TRAIN_SCORE = "train_score"
 
 
 async def build_report(session: AsyncSession, job_id: str, problem: Problem) -> dict[str, Any]:

@@ -131,7 +131,7 @@ def validation_shapes() -> tuple[GemmShape, ...]:
     held-out shapes take (``if M <= 64:`` after rules that catch every train shape with M <= 64)
     would otherwise never be judged. A validation shape sits between two grid values of M for
     every projection, so each range of M (or of M * N) that a rule can carve out around a
-    held-out shape usually holds one.
+    held-out shape often holds one.
     """
     return tuple(
         sorted(GemmShape(m, p.n, p.k, p.name) for p in PROJECTIONS for m in VALIDATION_M_VALUES)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from codevolve.core.problem import Candidate, SandboxReply, Threshold
+from codevolve.core.problem import TRAIN_SCORE, Candidate, SandboxReply, Threshold
 from codevolve.core.program import CaseResult, StageResult
 from codevolve.problems.gemm_tiling.baselines import (
     ShapeScore,
@@ -52,7 +52,6 @@ UNSEEN_RANDOM_M = 16  # fresh random M per evaluation
 MAX_UNSEEN_M = 16384
 LARGE_POWERS_OF_TWO = tuple(2**e for e in range(7, 15))  # 128 .. 16384
 PROBE_THRESHOLD = Threshold(relative=0.9)  # keep 90% of the parent's probe score
-TRAIN_SCORE = "train_score"  # metric: geomean speedup on the 44 train shapes alone
 
 
 def _sandbox_error(stage: str, reply: SandboxReply) -> StageResult:

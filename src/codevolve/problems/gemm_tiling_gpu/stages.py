@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from codevolve.core.device import GPU, Device
-from codevolve.core.problem import Candidate, Threshold
+from codevolve.core.problem import TRAIN_SCORE, Candidate, Threshold
 from codevolve.core.program import CaseResult, StageResult
 from codevolve.problems.gemm_tiling.baselines import expert_config, geomean
 from codevolve.problems.gemm_tiling.shapes import (
@@ -35,7 +35,7 @@ from codevolve.problems.gemm_tiling.shapes import (
     validation_shapes,
 )
 from codevolve.problems.gemm_tiling.space import GemmConfig
-from codevolve.problems.gemm_tiling.stages import TRAIN_SCORE, ask_configs
+from codevolve.problems.gemm_tiling.stages import ask_configs
 from codevolve.problems.gemm_tiling_gpu.oracle import load_oracle
 
 MEASURE_JOB = "gemm.measure"
