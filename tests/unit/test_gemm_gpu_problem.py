@@ -3,6 +3,7 @@ fake device, and the oracle's candidate set."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -213,6 +214,23 @@ def test_the_measured_view_keeps_only_gpu_cases_and_bests() -> None:
     assert measured_view(gap_prompt(timed=False)) == gap_prompt(timed=False)
     kinds = [m.kind for m in GemmTilingGpuProblem().mutations()]
     assert kinds == [m.kind for m in get_problem("gemm-tiling").mutations()]
+
+
+def test_some_directed_rules_of_the_gpu_problem_are_bounded_in_m() -> None:
+    # gap_prompt's GPU target is M=256 N=6144: an octave of M * N, sometimes with a band of M
+    answers = directed_answers(gap_prompt(timed=True)) + [
+        a
+        for a in (
+            next(m for m in GemmTilingGpuProblem().mutations() if m.kind == "directed").propose(
+                gap_prompt(timed=True), np.random.default_rng(seed)
+            )
+            for seed in range(40, 200)
+        )
+        if a
+    ]
+    rules = [line for a in answers for line in a.splitlines() if "if M * N" in line]
+    banded = [line for line in rules if re.search(r"and M (>|<=) (128|256)\b", line)]
+    assert rules and 0 < len(banded) < len(rules)
 
 
 def test_the_gpu_problem_keeps_each_mutations_weight() -> None:

@@ -20,9 +20,12 @@ from codevolve.core.program import CaseResult
 from codevolve.core.prompt import BestCase, ProgramView, Prompt
 from codevolve.problems.gemm_tiling.initial_program import GemmConfig
 from codevolve.problems.gemm_tiling.mutations import (
+    GPU_BAND_SHARE,
+    M_THRESHOLDS,
     TRAIN_GRID,
     RuleProgram,
     _directed_test,
+    _token_band,
     gemm_mutations,
     holds,
     launchable,
@@ -502,6 +505,41 @@ def test_a_directed_rule_gives_its_config_to_every_scored_shape_of_its_range() -
             if holds(rule.test, shape):
                 assert child.config_for(shape)[1] == rule.config
     assert placed > 0.2 * len(SEEDS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(m=st.integers(1, 16384), seed=st.integers(0, 2**32 - 1))
+def test_a_token_band_holds_for_its_m_and_lies_on_the_powers_of_two(m: int, seed: int) -> None:
+    text = _token_band(m, np.random.default_rng(seed))
+    test = ast.parse(text, mode="eval").body
+    assert holds(test, (m, 4096, 4096))
+    assert set(re.findall(r"\b[MNK]\b", text)) == {"M"}
+    assert {int(b) for b in re.findall(r"\d+", text)} <= set(M_THRESHOLDS) | {m}
+    high = min((v for v in M_THRESHOLDS if v >= m), default=None)
+    if high is not None:  # a band never reaches past the next power of two on either side
+        assert not holds(test, (2 * high + 1, 4096, 4096)) or not holds(test, (1, 4096, 4096))
+
+
+def _new_octave_tests(mutations: tuple[Mutation, ...], kind: str) -> list[str]:
+    prompt = scored_prompt(INITIAL, "GemmConfig(64, 64, 128, 8, 5, 1)")
+    chosen = next(m for m in mutations if m.kind == kind)
+    tests = []
+    for seed in range(200):
+        answer = chosen.propose(prompt, np.random.default_rng(seed))
+        child = None if answer is None else read_program(apply(INITIAL, answer))
+        if child is not None:
+            tests += [ast.unparse(r.test) for r in child.rules if r.test is not None]
+    return [t for t in tests if "M * N" in t]
+
+
+@pytest.mark.parametrize("kind", ["directed", "add_rule"])
+def test_new_octave_rules_are_bounded_in_m_only_where_the_problem_asks(kind: str) -> None:
+    plain = _new_octave_tests(gemm_mutations(), kind)
+    banded = _new_octave_tests(gemm_mutations(GPU_BAND_SHARE), kind)
+    assert plain and banded
+    assert not any(re.search(r"\bM [<>]", t) for t in plain)  # the cost model: octaves alone
+    share = sum(bool(re.search(r"\bM [<>]", t)) for t in banded) / len(banded)
+    assert 0.5 * GPU_BAND_SHARE < share < 1.5 * GPU_BAND_SHARE
 
 
 def test_add_rule_gives_a_scored_shape_octave_a_published_config_often() -> None:

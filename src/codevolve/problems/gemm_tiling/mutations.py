@@ -12,8 +12,9 @@ The six mutations change one field of a rule's config (``field``), one threshold
 (``threshold``), insert a rule (``add_rule``), delete one (``delete_rule``), copy one from an
 inspiration (``borrow``), or insert one aimed at a shape where the parent is furthest from the
 best cost the job has seen (``directed``). New rules test octave ranges of the output size
-``M * N`` (docs/gemm_tiling.md says why); the shapes they are aimed at and placed by are those of
-the parent's cases, the shapes its score was computed on. Programs are read with ``ast`` and never
+``M * N``, on the GPU problem some also a band of M (docs/gemm_tiling.md says why); the shapes
+they are aimed at and placed by are those of the parent's cases, the shapes its score was
+computed on. Programs are read with ``ast`` and never
 run; statements that are not rules are left alone. New configs are launchable where a launchable
 choice exists. Each mutation emits one SEARCH/REPLACE hunk, unique in the parent and confined to
 the EVOLVE block, whose child parses.
@@ -22,6 +23,7 @@ the EVOLVE block, whose child parses.
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import operator
 import re
@@ -73,6 +75,11 @@ BEST_SHARE = 0.5  # how often the directed mutation copies the best config seen 
 FIT_SHARE = 0.3  # otherwise, how often it fits the current tile to M instead of a coherent move
 TEXTBOOK_SHARE = 0.25  # or tries a config of a published list, scaled to the shape
 WIDEN_SHARE = 0.5  # how often a directed rule's octave is widened by one below (or above)
+# How often a new octave rule is also bounded in M, the token count (see :func:`_token_band`), on
+# the GPU problem: one output size is a decode shape of a wide projection and a prefill shape of a
+# narrow one, and on the H200 the two want different tiles. The cost model's problem keeps plain
+# octaves (docs/gemm_tiling.md, "Token bands", says why).
+GPU_BAND_SHARE = 0.3
 # (block_m, block_n, block_k, num_stages, num_warps): the Triton matmul tutorial's autotune list
 # (triton-lang/triton python/tutorials/03-matrix-multiplication.py) and PyTorch inductor's mm
 # configs (torch/_inductor/template_heuristics), public data recorded in the research notes.
@@ -419,14 +426,18 @@ class GemmMutation:
         return None
 
 
-def gemm_mutations() -> tuple[Mutation, ...]:
+def gemm_mutations(band_share: float = 0.0) -> tuple[Mutation, ...]:
+    """The six mutations; ``band_share`` of the new octave rules of ``add_rule`` and
+    ``directed`` are also bounded in M (:data:`GPU_BAND_SHARE` on the GPU problem)."""
+    add_rule = functools.partial(add_rule_edit, band_share=band_share)
+    directed = functools.partial(directed_edit, band_share=band_share)
     return (
         GemmMutation("field", field_edit),
         GemmMutation("threshold", threshold_edit),
-        GemmMutation("add_rule", add_rule_edit, KIND_WEIGHTS["add_rule"]),
+        GemmMutation("add_rule", add_rule, KIND_WEIGHTS["add_rule"]),
         GemmMutation("delete_rule", delete_rule_edit),
         GemmMutation("borrow", borrow_edit),
-        GemmMutation("directed", directed_edit, KIND_WEIGHTS["directed"]),
+        GemmMutation("directed", directed, KIND_WEIGHTS["directed"]),
     )
 
 
@@ -472,7 +483,9 @@ def _thresholds(test: ast.expr) -> list[tuple[ast.expr, int, str]]:
     return sites
 
 
-def add_rule_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineEdit | None:
+def add_rule_edit(
+    program: RuleProgram, prompt: Prompt, rng: Generator, band_share: float = 0.0
+) -> LineEdit | None:
     """A new rule: often a published config (scaled to the shape) for the octave of a scored
     shape drawn uniformly, placed where it takes that octave's scored shapes; otherwise a random
     range of the output size with a neighbouring rule's config, changed."""
@@ -482,7 +495,7 @@ def add_rule_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineE
         config = _pick(textbook_configs(shape), rng)
         if config is None or config == program.config_for(shape)[1]:
             return None
-        return _octave_rule(program, shape, scored, config, rng)
+        return _octave_rule(program, shape, scored, config, rng, band_share)
     index = int(rng.integers(len(program.rules) + 1))
     text = _random_test(rng)
     if not _alive(program, index, parse_python(text, "eval").body, scored or TRAIN_GRID):
@@ -505,16 +518,33 @@ def _octave_rule(
     scored: Sequence[Shape],
     config: GemmConfig,
     rng: Generator,
+    band_share: float = 0.0,
 ) -> LineEdit | None:
-    """A rule giving ``config`` to the octave of ``shape`` (see :func:`_directed_test`), placed
-    before every rule that now takes a scored shape of that range, so the whole range gets it; the
-    config of the rule found there is replaced instead when that rule has the same test."""
+    """A rule giving ``config`` to the octave of ``shape`` (see :func:`_directed_test`), bounded
+    in M too with probability ``band_share`` (see :func:`_token_band`), placed before every rule
+    that now takes a scored shape of that range, so the whole range gets it; the config of the
+    rule found there is replaced instead when that rule has the same test."""
     text = _directed_test(shape, rng, [m * n for m, n, _ in scored])
+    if band_share and rng.random() < band_share:
+        text = f"{text} and {_token_band(shape[0], rng)}"
     test = parse_python(text, "eval").body
     index = min(program.config_for(s)[0] for s in (shape, *scored) if s == shape or holds(test, s))
     if index < len(program.rules) and program.rules[index].key == ast.dump(test):
         return _set_config(program, program.rules[index], config)
     return _insert(program, index, text, config)
+
+
+def _token_band(m: int, rng: Generator) -> str:
+    """A test of M around ``m`` on the powers of two: above the one below it, at most the one at
+    or above it, or both. Within one output-size octave, ``M > 16`` keeps the narrow projections'
+    prefill shapes and ``M <= 16`` the wide projections' decode shapes."""
+    low = _below(m, M_THRESHOLDS)
+    high = min((v for v in M_THRESHOLDS if v >= m), default=None)
+    forms = [f"M > {low}"] if low is not None else []
+    forms += [f"M <= {high}"] if high is not None else []
+    if len(forms) == 2:
+        forms.append(" and ".join(forms))
+    return forms[int(rng.integers(len(forms)))] if forms else f"M >= {m}"
 
 
 def _random_test(rng: Generator) -> str:
@@ -555,7 +585,9 @@ def borrow_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineEdi
     return _insert(program, index, ast.unparse(rule.test), rule.config)
 
 
-def directed_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineEdit | None:
+def directed_edit(
+    program: RuleProgram, prompt: Prompt, rng: Generator, band_share: float = 0.0
+) -> LineEdit | None:
     """A rule for the octave of a shape where the parent trails the best cost seen (see
     :func:`_octave_rule`)."""
     target = _target_case(prompt, rng)
@@ -565,7 +597,7 @@ def directed_edit(program: RuleProgram, prompt: Prompt, rng: Generator) -> LineE
     config = _directed_config(program.config_for(shape)[1], best, rng, shape)
     if config is None:
         return None
-    return _octave_rule(program, shape, _scored_shapes(prompt), config, rng)
+    return _octave_rule(program, shape, _scored_shapes(prompt), config, rng, band_share)
 
 
 def _target_case(prompt: Prompt, rng: Generator) -> tuple[Shape, BestCase] | None:

@@ -80,7 +80,11 @@ class GemmTilingGpuProblem:
         return FEATURES
 
     def mutations(self) -> Sequence[Mutation]:
-        return tuple(MeasuredCasesMutation(m) for m in self._model.mutations())
+        # gemm-tiling's mutations, with octave rules sometimes bounded in M (token bands): on the
+        # H200 the best tile of one output size differs between wide and narrow projections.
+        from codevolve.problems.gemm_tiling.mutations import GPU_BAND_SHARE, gemm_mutations
+
+        return tuple(MeasuredCasesMutation(m) for m in gemm_mutations(GPU_BAND_SHARE))
 
     def baselines(self) -> Sequence[Baseline]:
         """Measured speedups over the expert of the stored oracle (train, test), if measured."""
