@@ -21,38 +21,36 @@ def choose_config(M: int, N: int, K: int) -> GemmConfig:
     """Expert rule: small tiles for decode, larger tiles as M grows."""
     if M * N > 16384 and M * N <= 32768:
         return GemmConfig(16, 64, 128, 4, 5, 1)
-    if M * N > 16384 and M * N <= 65536:
+    if M * N > 16384 and M * N <= 32768 and M > 2:
         return GemmConfig(16, 64, 128, 4, 4, 1)
-    if M * N <= 16384:
+    if M * N <= 16384 and M <= 2:
         return GemmConfig(16, 64, 128, 4, 5, 1)
+    if M * N <= 8192:
+        return GemmConfig(64, 64, 128, 4, 5, 1)
+    if M * N > 4096 and M * N <= 65536:
+        return GemmConfig(16, 64, 128, 4, 5, 1)
+    if M * N > 8192 and M * N <= 32768:
+        return GemmConfig(16, 64, 64, 4, 5, 1)
+    if M * N > 65536 and M * N <= 131072 and (M <= 4):
+        return GemmConfig(16, 64, 32, 4, 5, 1)
     if M * N > 32768 and M * N <= 262144:
         return GemmConfig(64, 64, 128, 4, 5, 1)
-    if M * N > 16384 and M * N <= 65536:
-        return GemmConfig(16, 128, 128, 4, 4, 1)
-    if M * N > 2048 and M * N <= 32768:
-        return GemmConfig(16, 64, 128, 4, 4, 1)
-    if M * N > 8192 and M * N <= 32768:
-        return GemmConfig(16, 64, 128, 4, 4, 1)
-    if M * N > 4096 and M * N <= 8192:
-        return GemmConfig(16, 128, 128, 2, 2, 8)
-    if M * N <= 8192:
-        return GemmConfig(16, 128, 64, 2, 3, 8)
-    if M * N > 262144 and M * N <= 524288:
-        return GemmConfig(64, 64, 128, 4, 5, 4)
-    if M * N > 131072 and M * N <= 524288:
+    if M * N > 131072 and M * N <= 524288 and M <= 512:
         return GemmConfig(64, 64, 128, 4, 5, 1)
-    if M * N > 1048576 and M * N <= 2097152:
-        return GemmConfig(128, 128, 64, 8, 5, 8)
-    if M * N > 524288 and M * N <= 2097152:
-        return GemmConfig(64, 128, 128, 4, 4, 8)
-    if M <= 32:
-        return GemmConfig(32, 64, 64, 2, 3, 8)
     if M * N > 4194304 and M * N <= 8388608:
         return GemmConfig(128, 128, 64, 4, 4, 8)
-    if M * N > 2097152 and M * N <= 4194304:
-        return GemmConfig(128, 128, 64, 4, 3, 8)
+    if M * N > 4194304 and M * N <= 8388608 and (M > 2048) and (M <= 4096):
+        return GemmConfig(128, 128, 64, 4, 4, 4)
+    if M * N > 2097152 and M * N <= 8388608:
+        return GemmConfig(128, 128, 64, 4, 3, 4)
+    if M * N > 32768 and M * N <= 131072:
+        return GemmConfig(64, 128, 128, 4, 3, 4)
+    if M * N > 1048576 and M * N <= 2097152:
+        return GemmConfig(128, 128, 64, 4, 4, 8)
+    if M * N > 524288 and M * N <= 1048576:
+        return GemmConfig(64, 128, 128, 4, 4, 8)
     if M <= 256:
-        return GemmConfig(64, 128, 128, 4, 3, 8)
+        return GemmConfig(64, 128, 128, 4, 4, 8)
     return GemmConfig(128, 128, 64, 4, 3, 8)
 
 
