@@ -1,18 +1,139 @@
 #!/usr/bin/env bash
-# Steps run on the GPU machine (embedded mode there: it reaches no Redis). Usage:
+# Steps run on the GPU machine (embedded mode there, but for `throughput`, which runs against the
+# Postgres and Redis that `services` starts). Usage:
 #   bash bench/gpu_device_run.sh STEP...   with STEP in setup tests hardware oracle fidelity
-#   evaluate evolve evolve_multi; outputs land in $OUT (default ./gpu-out). evolve reads
-#   PROPOSALS, SEED, EVOLVE_WALL_S and EVOLVE_TIMEOUT from the environment.
+#   evaluate evolve evolve_multi services throughput services_stop; outputs land in $OUT (default
+#   ./gpu-out). evolve reads PROPOSALS, SEED, EVOLVE_WALL_S and EVOLVE_TIMEOUT from the environment.
 # `setup` installs the wheels in .whl/ (ignored by git; the GPU machine has torch, Triton, numpy
 # and httpx but no package index), built on a machine with one for the GPU machine's Python 3.12:
 #   python3 -m pip download -d .whl --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 #     --platform manylinux2014_x86_64 sqlalchemy greenlet aiosqlite alembic pydantic \
-#     pydantic-settings redis fastapi uvicorn asyncpg python-multipart    (14 MiB with their needs)
+#     pydantic-settings redis fastapi uvicorn asyncpg python-multipart pyyaml rich
+#   (16 MiB with their needs; pyyaml and rich are imported by the runtime and the CLI)
+# `services` starts the PostgreSQL and the Redis of .svc/ (ignored by git, carried: built by
+# bench/gpu_services_bundle.sh, 24 MiB, runs on any x86_64 glibc >= 2.14): Postgres on 127.0.0.1:
+# $PG_PORT (default 5432, the next free port if taken) with trust auth, superuser postgres and a
+# database test, its data fresh under $SVC_RUN (default /tmp/codevolve-svc); as root it runs as
+# the user postgres (created if missing, else nobody) from a copy of .svc/pg there. Redis on
+# 127.0.0.1:$REDIS_PORT (default 6379, the same), with no persistence. Both are stopped and
+# started afresh by each `services`; `services_stop` stops them. The ports taken are kept in
+# $SVC_RUN/ports.env, which `throughput` reads: it runs bench/throughput.py against them with
+# $THROUGHPUT_ARGS (e.g. "--quick --parts 1"), under timeout $THROUGHPUT_TIMEOUT (default 540 s),
+# into $OUT/throughput.log. $PYTHON (default python3) runs the benchmark.
+#   bash bench/gpu_device_run.sh setup services throughput services_stop
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD/src:$PWD TRITON_CACHE_DIR=/tmp/triton-cache
+PYTHON=${PYTHON:-python3}
+SVC_RUN=${SVC_RUN:-/tmp/codevolve-svc}
+PG_PORT=${PG_PORT:-5432}
+REDIS_PORT=${REDIS_PORT:-6379}
+
+free_port() {  # the first port from $1 on that nothing listens on at 127.0.0.1
+  # SO_REUSEADDR as the servers bind: a port with only closed connections (TIME_WAIT) is free.
+  python3 -c "import socket, sys
+for port in range(int(sys.argv[1]), int(sys.argv[1]) + 100):
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(('127.0.0.1', port))
+        except OSError:
+            continue
+        print(port)
+        break" "$1"
+}
+
+# Postgres refuses to run as root: as root, pick an unprivileged user and a way to become it.
+pg_user() {
+  PG_OS_USER=$(id -un)
+  as_pg() { "$@"; }
+  [ "$(id -u)" = 0 ] || return 0
+  PG_OS_USER=${PG_OS_USER_NAME:-postgres}
+  if ! id -u "$PG_OS_USER" > /dev/null 2>&1; then
+    useradd -r -M -d /nonexistent -s /bin/false "$PG_OS_USER" 2> /dev/null \
+      || adduser -S -D -H "$PG_OS_USER" 2> /dev/null || PG_OS_USER=nobody
+  fi
+  id -u "$PG_OS_USER" > /dev/null 2>&1 || { echo "no user to run postgres as"; return 1; }
+  PG_OS_UID=$(id -u "$PG_OS_USER"); PG_OS_GID=$(id -g "$PG_OS_USER")
+  as_pg() { runuser -u "$PG_OS_USER" -- "$@"; }
+  as_pg true 2> /dev/null && return 0
+  as_pg() { setpriv --reuid="$PG_OS_UID" --regid="$PG_OS_GID" --clear-groups -- "$@"; }
+  as_pg true 2> /dev/null && return 0
+  as_pg() {
+    python3 -c "import os, sys
+os.setgroups([]); os.setgid(int(sys.argv[2])); os.setuid(int(sys.argv[1]))
+os.execvp(sys.argv[3], sys.argv[3:])" "$PG_OS_UID" "$PG_OS_GID" "$@"
+  }
+  as_pg true || { echo "cannot run as $PG_OS_USER"; return 1; }
+}
+
+services_stop() {
+  if [ -f "$SVC_RUN/pgdata/postmaster.pid" ]; then
+    # As the user that owns the data, whichever `services` picked.
+    PG_OS_USER_NAME=$(stat -c %U "$SVC_RUN/pgdata") pg_user && as_pg env LD_LIBRARY_PATH="$SVC_RUN/pg/lib" "$SVC_RUN/pg/bin/pg_ctl" \
+      -D "$SVC_RUN/pgdata" stop -m fast -w
+  fi
+  if [ -f "$SVC_RUN/redis.pid" ]; then
+    kill "$(cat "$SVC_RUN/redis.pid")" 2> /dev/null
+    for _ in $(seq 50); do [ -f "$SVC_RUN/redis.pid" ] || break; sleep 0.1; done
+  fi
+  return 0
+}
+
+services_start() {
+  [ -x .svc/pg/bin/postgres ] && [ -x .svc/redis/bin/redis-server ] \
+    || { echo ".svc/ is missing: build it with bench/gpu_services_bundle.sh, carry it"; return 1; }
+  services_stop
+  rm -rf "$SVC_RUN"
+  mkdir -p "$SVC_RUN/redis" && chmod 755 "$SVC_RUN"
+  cp -r .svc/pg "$SVC_RUN/pg" && chmod -R a+rX "$SVC_RUN/pg"  # readable by the postgres user
+  pg_user || return 1
+  local pg_port redis_port pg="env LD_LIBRARY_PATH=$SVC_RUN/pg/lib LC_ALL=C TZ=UTC $SVC_RUN/pg/bin"
+  pg_port=$(free_port "$PG_PORT")
+  redis_port=$(free_port "$REDIS_PORT")
+  [ "$pg_port" = "$PG_PORT" ] || echo "port $PG_PORT is taken: postgres on $pg_port"
+  [ "$redis_port" = "$REDIS_PORT" ] || echo "port $REDIS_PORT is taken: redis on $redis_port"
+  printf 'PG_PORT=%s\nREDIS_PORT=%s\n' "$pg_port" "$redis_port" > "$SVC_RUN/ports.env"
+  mkdir -p "$SVC_RUN/pgdata" "$SVC_RUN/pgsock"
+  touch "$SVC_RUN/pg.log"
+  chown "$PG_OS_USER" "$SVC_RUN/pgdata" "$SVC_RUN/pgsock" "$SVC_RUN/pg.log" 2> /dev/null
+  chmod 700 "$SVC_RUN/pgdata"
+  echo "postgres runs as $PG_OS_USER"
+  as_pg $pg/initdb -D "$SVC_RUN/pgdata" -U postgres -A trust -E UTF8 --locale=C \
+    > "$SVC_RUN/initdb.log" 2>&1 || { cat "$SVC_RUN/initdb.log"; return 1; }
+  # As the CI's Postgres here: the defaults, autovacuum off, fsync on.
+  cat >> "$SVC_RUN/pgdata/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $pg_port
+unix_socket_directories = '$SVC_RUN/pgsock'
+max_connections = 100
+shared_buffers = 128MB
+autovacuum = off
+fsync = on
+${PG_CONF:-}
+CONF
+  as_pg $pg/pg_ctl -D "$SVC_RUN/pgdata" -l "$SVC_RUN/pg.log" -w -t 60 start \
+    || { cat "$SVC_RUN/pg.log"; return 1; }
+  .svc/redis/bin/redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
+    --protected-mode no --dir "$SVC_RUN/redis" --daemonize yes --pidfile "$SVC_RUN/redis.pid" \
+    --logfile "$SVC_RUN/redis.log" || { cat "$SVC_RUN/redis.log"; return 1; }
+  local ok=
+  for _ in $(seq 100); do
+    if $pg/pg_isready -q -h 127.0.0.1 -p "$pg_port" \
+      && [ "$(.svc/redis/bin/redis-cli -p "$redis_port" ping 2> /dev/null)" = PONG ]; then
+      ok=1; break
+    fi
+    sleep 0.2
+  done
+  [ -n "$ok" ] || { echo "services did not answer"; tail "$SVC_RUN/pg.log" "$SVC_RUN/redis.log"; return 1; }
+  $pg/psql -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qAtc 'CREATE DATABASE test' \
+    || return 1
+  $pg/psql -h 127.0.0.1 -p "$pg_port" -U postgres -d test -Atc 'SELECT version()' || return 1
+  echo "redis $(.svc/redis/bin/redis-cli -p "$redis_port" info server | grep -E '^redis_version')"
+  echo "postgresql://postgres@127.0.0.1:$pg_port/test redis://127.0.0.1:$redis_port/0"
+}
 ORACLE=src/codevolve/problems/gemm_tiling_gpu/data/oracle_h200.json
 for step in "$@"; do
   echo "=== $step $(date -u +%T)"
@@ -28,6 +149,20 @@ for step in "$@"; do
         --format=csv
       python3 -c "import torch, triton, codevolve.services.runtime as r; \
 print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.device_count(), 'GPUs')"
+      ;;
+    services)
+      services_start || { services_stop; exit 1; }
+      ;;
+    services_stop)
+      services_stop
+      ;;
+    throughput)
+      [ -f "$SVC_RUN/ports.env" ] && . "$SVC_RUN/ports.env"
+      # shellcheck disable=SC2086  # THROUGHPUT_ARGS is a list of flags
+      timeout ${THROUGHPUT_TIMEOUT:-540} "$PYTHON" bench/throughput.py \
+        --pg "postgresql://postgres@127.0.0.1:$PG_PORT/test" --redis "redis://127.0.0.1:$REDIS_PORT/0" \
+        ${THROUGHPUT_ARGS:-} 2>&1 | tee "$OUT/throughput.log"
+      cp "$SVC_RUN"/*.log "$OUT/" 2> /dev/null
       ;;
     smoke)
       python3 -m codevolve.services.cli evaluate --problem gemm-tiling \
