@@ -22,12 +22,17 @@ is printed with each figure.
 
     python bench/throughput.py [--pg postgresql://postgres@127.0.0.1:5432/test]
         [--redis redis://127.0.0.1:6379/0] [--sizes 10000,100000,1000000] [--quick]
+        [--parts 1,2,3] [--slots 1,4,16,64] [--profile FOLDER]
+
+``--profile FOLDER`` writes a cProfile pstats file (CPU time, not wall time) of each controller
+run (``controller.run()`` only, not the workers or the setup) to FOLDER, named by its slot count.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import hashlib
 import json
 import multiprocessing
@@ -74,6 +79,23 @@ def f(x):
 """
 SLEEP_S = 0.05  # seconds per evaluation of the sleep-bound evaluator
 SLOTS_PER_PROCESS = 16  # worker slots per worker process (each process is one event loop)
+
+
+@dataclass(slots=True)
+class _Profile:
+    """Where ``--profile FOLDER`` writes a pstats file of the controller, one per job run."""
+
+    folder: Path | None = None
+
+    def write(self, profiler: cProfile.Profile, config: RunConfig) -> None:
+        assert self.folder is not None
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"controller-{config.max_in_flight // 2}slots.pstats"
+        profiler.dump_stats(path)
+        print(f"    (profile of the controller: {path})")
+
+
+PROFILE = _Profile()
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,14 +172,21 @@ async def _run_job(
             problem=problem,
             proposer=make_proposer(config, problem),
         )
+        profiler = cProfile.Profile(time.process_time) if PROFILE.folder else None
         started, cpu = time.perf_counter(), time.process_time()
+        if profiler is not None:
+            profiler.enable()
         await controller.run()
+        if profiler is not None:
+            profiler.disable()
         wall = time.perf_counter() - started
         cpu = time.process_time() - cpu
         async with sessions() as session:
             counts = await repository.program_counts(session, job.id)
         done = counts.evaluated + counts.rejected + counts.failed
-        print(f"    (this process: {cpu / max(done, 1) * 1000:.1f} ms CPU per program)")
+        print(f"    (this process: {cpu / max(done, 1) * 1000:.2f} ms CPU per program)")
+        if profiler is not None:
+            PROFILE.write(profiler, config)
         return done, wall
     finally:
         await engine.dispose()
@@ -380,7 +409,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small runs, to check the bench")
     parser.add_argument("--parts", default="1,2,3", help="which figures to measure (1, 2, 3)")
     parser.add_argument("--workers-only", action="store_true", help="only figure 2b")
+    parser.add_argument(
+        "--profile", type=Path, help="write a pstats file of each controller run to this folder"
+    )
+    parser.add_argument("--slots", default="1,4,16,64", help="slot counts of figures 2 and 2b")
     args = parser.parse_args()
+    PROFILE.folder = args.profile
     proposals = 300 if args.quick else args.proposals
     sizes = [int(size) for size in args.sizes.split(",")]
 
@@ -415,7 +449,7 @@ def throughput(args: argparse.Namespace, proposals: int) -> None:
 
 def scaling(args: argparse.Namespace, proposals: int) -> None:
     print(f"2. scaling, {SLEEP_S * 1000:.0f} ms sleep-bound evaluator, postgres+redis")
-    for slots in (1, 4, 16, 64):
+    for slots in _slot_counts(args):
         runs = max(40, min(proposals, int(slots / SLEEP_S * (2 if args.quick else 8))))
         done, wall = asyncio.run(
             distributed(
@@ -435,13 +469,17 @@ def scaling(args: argparse.Namespace, proposals: int) -> None:
 
 def worker_scaling(args: argparse.Namespace) -> None:
     print(f"2b. the same, queue and workers only: {SLEEP_S * 1000:.0f} ms tasks pre-fed to Redis")
-    for slots in (1, 4, 16, 64):
+    for slots in _slot_counts(args):
         count = max(40, int(slots / SLEEP_S * (1 if args.quick else 4)))
         rate = asyncio.run(drain(args.redis, slots=slots, count=count))
         print(
             f"  {slots:>3} slots ({describe(slots)}): {rate:7.1f} tasks/s, efficiency "
             f"{rate * SLEEP_S / slots:.2f} ({count} tasks; {load()})"
         )
+
+
+def _slot_counts(args: argparse.Namespace) -> list[int]:
+    return [int(slots) for slots in args.slots.split(",")]
 
 
 def fleet(slots: int) -> list[int]:

@@ -102,6 +102,39 @@ async def test_batches_travel_in_few_round_trips_and_each_task_once(
     assert await redis.xlen(keys.results(JOB)) == 0
 
 
+async def test_applied_results_are_acknowledged_in_the_read_that_finds_the_next_ones(
+    redis: Redis, keys: RedisKeys
+) -> None:
+    queue = RedisTaskQueue(redis, JOB, keys=keys)
+    await queue.start()
+    worker = _source(redis, keys, "w1")
+    assert await worker.claim(0.01) is None  # creates the group
+    await queue.submit_many([_task("a"), _task("b")])
+    first, second = await worker.claim(1.0), await worker.claim(1.0)
+    assert first is not None and second is not None
+    await worker.complete(first, _done(first))
+    assert [r.program_id for r in await queue.next_results(1.0, 8)] == ["a"]
+    await worker.complete(second, _done(second))
+    blocking_reads: list[object] = []
+    xreadgroup = redis.xreadgroup
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        blocking_reads.append(kwargs.get("block"))
+        return await xreadgroup(*args, **kwargs)
+
+    redis.xreadgroup = counted  # type: ignore[method-assign]
+    try:
+        assert [r.program_id for r in await queue.next_results(1.0, 8)] == ["b"]
+    finally:
+        redis.xreadgroup = xreadgroup  # type: ignore[method-assign]
+    assert blocking_reads == []  # "a" was acknowledged in the same MULTI that read "b"
+    pending = await redis.xpending(keys.results(JOB), "controller")
+    assert pending["pending"] == 1  # only "b", not applied yet
+    assert await redis.xlen(keys.results(JOB)) == 1  # "a" is deleted
+    assert await queue.next_results(0.05, 8) == []
+    assert await redis.xlen(keys.results(JOB)) == 0
+
+
 async def test_a_read_ahead_task_is_kept_for_the_next_claim(redis: Redis, keys: RedisKeys) -> None:
     """A loop that gave up waiting leaves what was read for it to the next claim, never lost."""
     queue = RedisTaskQueue(redis, JOB, keys=keys)

@@ -117,6 +117,25 @@ def test_choose_parent_returns_a_member(
     assert parent in elites
 
 
+@given(elite_sets(), seeds, st.floats(0, 1), st.floats(1e-2, 1e2))
+def test_choose_parent_draws_as_numpy_choice_with_the_rank_weights(
+    elites: list[EliteRef], seed: int, exploit_ratio: float, temperature: float
+) -> None:
+    """The exploit draw replaces ``rng.choice(n, p=weights)``: same parent, same stream after."""
+    ranked = by_rank(elites)
+    reference = np.random.default_rng(seed)
+    if reference.random() < exploit_ratio:
+        expected = ranked[
+            int(reference.choice(len(ranked), p=rank_weights(len(ranked), temperature)))
+        ]
+    else:
+        expected = ranked[int(reference.integers(len(ranked)))]
+    rng = np.random.default_rng(seed)
+    parent = choose_parent(elites, rng, exploit_ratio=exploit_ratio, temperature=temperature)
+    assert parent == expected
+    assert rng.random() == reference.random()
+
+
 def test_choose_parent_from_nothing_is_an_error() -> None:
     with pytest.raises(ProgramDbError):
         choose_parent([], np.random.default_rng(0), exploit_ratio=0.5, temperature=1.0)

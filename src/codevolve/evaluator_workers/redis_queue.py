@@ -178,10 +178,12 @@ class RedisTaskQueue:
 
     async def next_results(self, timeout_s: float, limit: int) -> list[Evaluation]:
         try:
-            await self._acknowledge()
             await self._watch()
-            if not self._buffer:
-                self._buffer.extend(await self._read(timeout_s))
+            if self._buffer:
+                await self._acknowledge()
+            else:
+                # The results applied are acknowledged in the round trip that looks for more.
+                self._buffer.extend(await self._acknowledge_and_read(timeout_s))
             if not self._buffer and self._cursor == "0":
                 self._cursor = ">"  # our unacknowledged results are all read: on to new ones
                 self._buffer.extend(await self._read(timeout_s))
@@ -212,6 +214,22 @@ class RedisTaskQueue:
             block=max(1, int(timeout_s * 1000)),
         )
         return _entries(response)
+
+    async def _acknowledge_and_read(self, timeout_s: float) -> list[tuple[str, dict[str, str]]]:
+        """Acknowledge (and delete) the results applied and read what is there, in one
+        ``MULTI``; only when nothing is there, block for up to ``timeout_s`` in a second read."""
+        if not self._applied:
+            return await self._read(timeout_s)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.xack(self._results, RESULT_GROUP, *self._applied)
+            pipe.xdel(self._results, *self._applied)
+            pipe.xreadgroup(  # inside MULTI a read never blocks: it returns what is there
+                RESULT_GROUP, RESULT_CONSUMER, {self._results: self._cursor}, count=RESULTS_PER_READ
+            )
+            *_, response = await pipe.execute()
+        self._applied.clear()
+        entries = _entries(response)
+        return entries if entries else await self._read(timeout_s)
 
     async def _acknowledge(self) -> None:
         if not self._applied:

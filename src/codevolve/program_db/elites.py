@@ -9,12 +9,25 @@ program, and a child of a parent drawn before a reset cannot land in the reset i
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import Float, Integer, String, delete, exists, func, literal, select, update
+from sqlalchemy import (
+    Executable,
+    Float,
+    Integer,
+    String,
+    bindparam,
+    delete,
+    exists,
+    func,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.program import CaseResult, CellKey, IslandId, JobId, Program, ProgramId
@@ -31,7 +44,7 @@ from codevolve.program_db.archive import (
 from codevolve.program_db.errors import ProgramDbError
 from codevolve.program_db.models import BestCaseRow, EliteRow, IslandRow
 from codevolve.program_db.programs import get_programs
-from codevolve.program_db.sql import dialect_insert, table_of
+from codevolve.program_db.sql import dialect_insert, dialect_table_insert, table_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,25 +81,49 @@ async def add_elite(
     """
     if math.isnan(score):  # NaN beats nothing; only say whether it was stale
         return await _unwritten(session, job_id=job_id, island=island, epoch=epoch)
+    statement = _add_elite_statement(session.get_bind().dialect.name)
+    values = {
+        "a_job": job_id,
+        "a_island": island,
+        "a_cell": cell_to_text(cell),
+        "a_program": program_id,
+        "a_score": score,
+        "a_epoch": epoch,
+    }
+    improvements = (await session.execute(statement, values)).scalar_one_or_none()
+    if improvements is None:
+        return await _unwritten(session, job_id=job_id, island=island, epoch=epoch)
+    return AddOutcome.NEW if improvements == 0 else AddOutcome.IMPROVED
+
+
+@functools.cache
+def _add_elite_statement(dialect: str) -> Executable:
+    """The statement of :func:`add_elite` for a backend, built once: the values are bound
+    parameters (``a_job``, ``a_island``, ...), so each offer only binds them."""
     elites = table_of(EliteRow)
+    islands = table_of(IslandRow)
     island_at_epoch = exists(
-        select(IslandRow.island)
-        .where(IslandRow.job_id == job_id, IslandRow.island == island, IslandRow.epoch == epoch)
+        select(islands.c.island)
+        .where(
+            islands.c.job_id == bindparam("a_job", type_=String()),
+            islands.c.island == bindparam("a_island", type_=Integer()),
+            islands.c.epoch == bindparam("a_epoch", type_=Integer()),
+        )
         .with_for_update(read=True)  # FOR SHARE on Postgres; SQLite has one writer anyway
     )
     candidate = select(
-        literal(job_id, String()),
-        literal(island, Integer()),
-        literal(cell_to_text(cell), String()),
-        literal(program_id, String()),
-        literal(score, Float()),
-        literal(epoch, Integer()),
+        bindparam("a_job", type_=String()),
+        bindparam("a_island", type_=Integer()),
+        bindparam("a_cell", type_=String()),
+        bindparam("a_program", type_=String()),
+        bindparam("a_score", type_=Float()),
+        bindparam("a_epoch", type_=Integer()),
         literal(0, Integer()),
     ).where(island_at_epoch)
-    insert = dialect_insert(session, EliteRow).from_select(
+    insert = dialect_table_insert(dialect, elites).from_select(
         ["job_id", "island", "cell", "program_id", "score", "epoch", "improvements"], candidate
     )
-    statement = insert.on_conflict_do_update(
+    return insert.on_conflict_do_update(
         index_elements=["job_id", "island", "cell"],
         set_={
             "program_id": insert.excluded.program_id,
@@ -96,10 +133,6 @@ async def add_elite(
         },
         where=elites.c.score < insert.excluded.score,
     ).returning(elites.c.improvements)
-    improvements = (await session.execute(statement)).scalar_one_or_none()
-    if improvements is None:
-        return await _unwritten(session, job_id=job_id, island=island, epoch=epoch)
-    return AddOutcome.NEW if improvements == 0 else AddOutcome.IMPROVED
 
 
 async def _unwritten(

@@ -7,10 +7,21 @@ values before they leave this module.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, cast
 
-from sqlalchemy import CursorResult, Row, Select, bindparam, func, insert, select, update
+from sqlalchemy import (
+    CursorResult,
+    Executable,
+    Row,
+    Select,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.codec import case_from_list
@@ -29,7 +40,7 @@ from codevolve.program_db.errors import ProgramDbError, UnknownProgramError
 from codevolve.program_db.models import ProgramRow, utcnow
 from codevolve.program_db.sql import (
     as_utc,
-    dialect_insert,
+    dialect_table_insert,
     finite_or_none,
     json_number,
     json_numbers,
@@ -131,13 +142,21 @@ async def insert_programs(session: AsyncSession, programs: Sequence[Program]) ->
     one statement, so concurrent proposals of the same code cannot both land."""
     if not programs:
         return set()
-    statement = (
-        dialect_insert(session, ProgramRow)
-        .on_conflict_do_nothing(index_elements=["job_id", "content_hash"])
-        .returning(table_of(ProgramRow).c.id)
-    )  # executed with many parameter sets: one cached statement, batched into multi-row VALUES
+    statement = _insert_programs_statement(session.get_bind().dialect.name)
     rows = await session.execute(statement, [_row_values(program) for program in programs])
     return {str(program_id) for (program_id,) in rows}
+
+
+@functools.cache
+def _insert_programs_statement(dialect: str) -> Executable:
+    """Built once per backend; executed with many parameter sets, which SQLAlchemy batches into
+    multi-row VALUES."""
+    table = table_of(ProgramRow)
+    return (
+        dialect_table_insert(dialect, table)
+        .on_conflict_do_nothing(index_elements=["job_id", "content_hash"])
+        .returning(table.c.id)
+    )
 
 
 async def mark_enqueued(session: AsyncSession, program_id: ProgramId) -> int:
@@ -190,12 +209,8 @@ async def apply_evaluations(
         first.setdefault(evaluation.program_id, (evaluation, cell))
     if not first:
         return set()
-    table = table_of(ProgramRow)
-    locked = await session.execute(
-        select(table.c.id, table.c.job_id)
-        .where(table.c.id.in_(list(first)), table.c.status == ProgramStatus.PENDING.value)
-        .with_for_update()
-    )
+    lock, record = _apply_statements()
+    locked = await session.execute(lock, {"ids": list(first)})
     pending = {(str(program_id), str(job_id)) for program_id, job_id in locked}
     rows = [
         {"b_id": program_id, "b_job": evaluation.job_id}
@@ -204,17 +219,27 @@ async def apply_evaluations(
         if (program_id, evaluation.job_id) in pending
     ]
     if rows:
-        statement = (
-            update(table)
-            .where(
-                table.c.id == bindparam("b_id"),
-                table.c.job_id == bindparam("b_job"),
-                table.c.status == ProgramStatus.PENDING.value,
-            )
-            .values({column: bindparam(f"b_{column}") for column in _RESULT_COLUMNS})
-        )
-        await session.execute(statement, rows)
+        await session.execute(record, rows)
     return {row["b_id"] for row in rows}
+
+
+@functools.cache
+def _apply_statements() -> tuple[Executable, Executable]:
+    """The two statements of :func:`apply_evaluations`, built once: lock the pending rows of
+    ``ids``, then record each result (``b_id``, ``b_job``, ``b_<column>``), still guarded."""
+    table = table_of(ProgramRow)
+    pending = table.c.status == ProgramStatus.PENDING.value
+    lock = (
+        select(table.c.id, table.c.job_id)
+        .where(table.c.id.in_(bindparam("ids", expanding=True)), pending)
+        .with_for_update()
+    )
+    record = (
+        update(table)
+        .where(table.c.id == bindparam("b_id"), table.c.job_id == bindparam("b_job"), pending)
+        .values({column: bindparam(f"b_{column}") for column in _RESULT_COLUMNS})
+    )
+    return lock, record
 
 
 def _result_values(evaluation: Evaluation, cell: CellKey | None) -> dict[str, Any]:

@@ -25,13 +25,17 @@ def table_of(model: type[Base]) -> Table:
 
 def dialect_insert(session: AsyncSession, model: type[Base]) -> UpsertInsert:
     """``INSERT`` with ``ON CONFLICT`` support, for the backend the session is bound to."""
-    table = table_of(model)
-    name = session.get_bind().dialect.name
-    if name == "postgresql":
+    return dialect_table_insert(session.get_bind().dialect.name, table_of(model))
+
+
+def dialect_table_insert(dialect: str, table: Table) -> UpsertInsert:
+    """``INSERT`` with ``ON CONFLICT`` support, for a backend by name (``postgresql``,
+    ``sqlite``): for statements built once per backend and reused."""
+    if dialect == "postgresql":
         return postgresql.insert(table)
-    if name == "sqlite":
+    if dialect == "sqlite":
         return sqlite.insert(table)
-    raise ProgramDbError(f"unsupported database backend {name!r}: use SQLite or Postgres")
+    raise ProgramDbError(f"unsupported database backend {dialect!r}: use SQLite or Postgres")
 
 
 def as_utc(moment: datetime) -> datetime:
