@@ -33,6 +33,7 @@ from codevolve.problems.gemm_tiling.mutations import (
     parse_shape,
     read_program,
     textbook_configs,
+    understood,
 )
 from codevolve.prompt_sampler.diff import ParsedAnswer, apply_answer, parse_answer
 
@@ -583,3 +584,77 @@ def test_field_edits_only_rules_that_take_a_scored_shape() -> None:
 def test_the_moves_that_use_feedback_are_tried_first_more_often() -> None:
     weights = {m.kind: getattr(m, "weight", 1.0) for m in gemm_mutations()}
     assert weights["directed"] > weights["field"] and weights["add_rule"] > weights["field"]
+
+
+# A test the generic mutations made of `M * N <= 4194304` (an operator swap): always true, so the
+# rule takes every shape above 2**20. Read as no rule, it shadowed every rule aimed at those shapes
+# and a run stalled at 0.89 of the oracle on train.
+SHADOWING = INITIAL.replace(
+    "    if M <= 32:\n",
+    "    if M * N > 1048576 and M / N <= 4194304:\n"
+    "        return GemmConfig(128, 128, 64, 8, 3, 8)\n"
+    "    if M <= 32:\n",
+    1,
+)
+
+
+def test_a_rule_with_arithmetic_the_generic_mutations_made_is_read_and_takes_its_shapes() -> None:
+    assert SHADOWING != INITIAL
+    program = read_program(SHADOWING)
+    assert program is not None
+    assert program.config_for((4096, 4096, 4096)) == (0, GemmConfig(128, 128, 64, 8, 3, 8))
+    assert program.config_for((16, 4096, 4096))[0] > 0  # 2**16 elements: not taken
+    best_config = "GemmConfig(64, 64, 128, 8, 5, 1)"
+    pairs = [
+        case(shape, 20.0 if shape == (4096, 6144, 4096) else 10.0, 10.0, best_config)
+        for shape in TRAIN_GRID
+    ]
+    prompt = make_prompt(
+        SHADOWING, cases=tuple(c for c, _ in pairs), best={b.key: b for _, b in pairs}
+    )
+    ours = {(r.key, r.config) for r in program.all_rules}
+    placed = 0
+    for seed in SEEDS:
+        answer = mutation("directed").propose(prompt, np.random.default_rng(seed))
+        child = None if answer is None else read_program(apply(SHADOWING, answer))
+        assert child is not None
+        new = [r for r in child.rules if (r.key, r.config) not in ours]
+        for rule in new:  # placed before the shadowing rule where they share shapes
+            assert rule.test is not None
+            if not holds(rule.test, (4096, 6144, 4096)):
+                continue
+            placed += 1
+            for shape in TRAIN_GRID:
+                if holds(rule.test, shape):
+                    assert child.config_for(shape)[1] == rule.config
+    assert placed > 0.1 * len(SEEDS)
+
+
+_TERMS = st.recursive(
+    st.sampled_from(["M", "N", "K", "0", "2", "16", "4096", "1.5"]),
+    lambda inner: st.tuples(inner, st.sampled_from(["+", "-", "*", "/", "//", "%"]), inner).map(
+        lambda t: f"({t[0]} {t[1]} {t[2]})"
+    ),
+    max_leaves=5,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    left=_TERMS,
+    op=st.sampled_from(["<", "<=", ">", ">=", "==", "!="]),
+    right=_TERMS,
+    shape=st.tuples(st.integers(1, 8192), st.integers(1, 32768), st.integers(1, 32768)),
+)
+def test_holds_agrees_with_python_on_arithmetic_tests(
+    left: str, op: str, right: str, shape: tuple[int, int, int]
+) -> None:
+    text = f"{left} {op} {right}"
+    m, n, k = shape
+    try:
+        expected = bool(eval(text, {}, {"M": m, "N": n, "K": k}))
+    except ZeroDivisionError:
+        expected = False  # the program would fail there; holds says the rule takes nothing
+    test = ast.parse(text, mode="eval").body
+    assert understood(test)
+    assert holds(test, shape) == expected

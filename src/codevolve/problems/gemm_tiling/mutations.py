@@ -29,7 +29,7 @@ import operator
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 import numpy as np
 from numpy.random import Generator
@@ -107,9 +107,13 @@ COHERENT_MOVES: tuple[tuple[tuple[str, int], ...], ...] = (
 
 Shape = tuple[int, int, int]  # (M, N, K)
 TRAIN_GRID: tuple[Shape, ...] = tuple((m, n, k) for m in SHAPE_M for n, k in SHAPE_NK)
-_COMPARISONS: dict[type[ast.cmpop], Callable[[int, int], bool]] = {
+_COMPARISONS: dict[type[ast.cmpop], Callable[[float, float], bool]] = {
     ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
     ast.Eq: operator.eq, ast.NotEq: operator.ne,
+}  # fmt: skip
+_ARITHMETIC: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
 }  # fmt: skip
 _SHAPE_PART = {dim: re.compile(rf"\b{dim}\s*=\s*(\d+)") for dim in "MNK"}
 _CONFIG_TEXT = re.compile(r"GemmConfig\([^)]*\)")
@@ -246,15 +250,30 @@ def _int(node: ast.expr) -> int | None:
 
 
 def understood(test: ast.expr) -> bool:
-    """Comparisons of M, N, K and int literals, joined by and, or, not."""
+    """Comparisons of M, N, K, number literals and arithmetic of them (``M * N``, ``M / N``,
+    ``K // 2``: what the generic mutations make of a test), joined by and, or, not. A rule whose
+    test is understood is read, so the mutations know which shapes it takes; any other ``if``
+    is left alone and seen as taking none."""
     if isinstance(test, ast.BoolOp):
         return all(understood(v) for v in test.values)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return understood(test.operand)
     if isinstance(test, ast.Compare):
         operands = (test.left, *test.comparators)
-        return all(_is_dim(o) or _is_product(o) or _int(o) is not None for o in operands)
+        return all(type(op) in _COMPARISONS for op in test.ops) and all(map(_is_term, operands))
     return False
+
+
+def _number(node: ast.expr) -> int | float | None:
+    value = node.value if isinstance(node, ast.Constant) else None
+    return value if type(value) is int or type(value) is float else None
+
+
+def _is_term(node: ast.expr) -> bool:
+    """A dimension, a number literal, or + - * / // % of such terms."""
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        return _is_term(node.left) and _is_term(node.right)
+    return _is_dim(node) or _number(node) is not None
 
 
 def _is_product(node: ast.expr) -> TypeGuard[ast.BinOp]:
@@ -280,11 +299,18 @@ def holds(test: ast.expr, shape: Shape) -> bool:
     )
 
 
-def _operand(node: ast.expr, shape: Shape) -> int | None:
-    if _is_product(node):
+def _operand(node: ast.expr, shape: Shape) -> int | float | None:
+    """The term's value for the shape, as Python computes it; None where it cannot (a division
+    by zero: the program itself fails there)."""
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
         left, right = _operand(node.left, shape), _operand(node.right, shape)
-        return None if left is None or right is None else left * right
-    return shape["MNK".index(node.id)] if _is_dim(node) else _int(node)
+        if left is None or right is None:
+            return None
+        try:
+            return _ARITHMETIC[type(node.op)](left, right)  # type: ignore[no-any-return]
+        except ZeroDivisionError:
+            return None
+    return shape["MNK".index(node.id)] if _is_dim(node) else _number(node)
 
 
 def _is_dim(node: ast.expr) -> TypeGuard[ast.Name]:
