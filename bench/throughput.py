@@ -25,7 +25,8 @@ is printed with each figure.
         [--parts 1,2,3] [--slots 1,4,16,64] [--profile FOLDER]
 
 ``--profile FOLDER`` writes a cProfile pstats file (CPU time, not wall time) of each controller
-run (``controller.run()`` only, not the workers or the setup) to FOLDER, named by its slot count.
+run (``controller.run()`` only, not the workers or the setup) to FOLDER, numbered in run order and
+named by its slot count.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import argparse
 import asyncio
 import cProfile
 import hashlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -81,21 +83,16 @@ SLEEP_S = 0.05  # seconds per evaluation of the sleep-bound evaluator
 SLOTS_PER_PROCESS = 16  # worker slots per worker process (each process is one event loop)
 
 
-@dataclass(slots=True)
-class _Profile:
-    """Where ``--profile FOLDER`` writes a pstats file of the controller, one per job run."""
-
-    folder: Path | None = None
-
-    def write(self, profiler: cProfile.Profile, config: RunConfig) -> None:
-        assert self.folder is not None
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"controller-{config.max_in_flight // 2}slots.pstats"
-        profiler.dump_stats(path)
-        print(f"    (profile of the controller: {path})")
+PROFILE_FOLDER: Path | None = None  # --profile: where each controller run's pstats file goes
+_PROFILE_RUNS = itertools.count(1)  # numbers the files: two runs may have the same slot count
 
 
-PROFILE = _Profile()
+def _write_profile(profiler: cProfile.Profile, config: RunConfig) -> None:
+    assert PROFILE_FOLDER is not None
+    PROFILE_FOLDER.mkdir(parents=True, exist_ok=True)
+    name = f"controller-{next(_PROFILE_RUNS):02d}-{config.max_in_flight // 2}slots.pstats"
+    profiler.dump_stats(PROFILE_FOLDER / name)
+    print(f"    (profile of the controller: {PROFILE_FOLDER / name})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +169,7 @@ async def _run_job(
             problem=problem,
             proposer=make_proposer(config, problem),
         )
-        profiler = cProfile.Profile(time.process_time) if PROFILE.folder else None
+        profiler = cProfile.Profile(time.process_time) if PROFILE_FOLDER else None
         started, cpu = time.perf_counter(), time.process_time()
         if profiler is not None:
             profiler.enable()
@@ -186,7 +183,7 @@ async def _run_job(
         done = counts.evaluated + counts.rejected + counts.failed
         print(f"    (this process: {cpu / max(done, 1) * 1000:.2f} ms CPU per program)")
         if profiler is not None:
-            PROFILE.write(profiler, config)
+            _write_profile(profiler, config)
         return done, wall
     finally:
         await engine.dispose()
@@ -414,7 +411,8 @@ def main() -> None:
     )
     parser.add_argument("--slots", default="1,4,16,64", help="slot counts of figures 2 and 2b")
     args = parser.parse_args()
-    PROFILE.folder = args.profile
+    global PROFILE_FOLDER
+    PROFILE_FOLDER = args.profile
     proposals = 300 if args.quick else args.proposals
     sizes = [int(size) for size in args.sizes.split(",")]
 

@@ -191,9 +191,9 @@ def gap_prompt(*, timed: bool) -> Prompt:
     )
 
 
-def directed_answers(prompt: Prompt) -> list[str]:
+def directed_answers(prompt: Prompt, seeds: range = range(40)) -> list[str]:
     directed = next(m for m in GemmTilingGpuProblem().mutations() if m.kind == "directed")
-    return [directed.propose(prompt, np.random.default_rng(seed)) or "" for seed in range(40)]
+    return [directed.propose(prompt, np.random.default_rng(seed)) or "" for seed in seeds]
 
 
 def test_directed_edits_chase_the_measured_best_once_the_parent_was_timed_on_the_gpu() -> None:
@@ -218,16 +218,7 @@ def test_the_measured_view_keeps_only_gpu_cases_and_bests() -> None:
 
 def test_some_directed_rules_of_the_gpu_problem_are_bounded_in_m() -> None:
     # gap_prompt's GPU target is M=256 N=6144: an octave of M * N, sometimes with a band of M
-    answers = directed_answers(gap_prompt(timed=True)) + [
-        a
-        for a in (
-            next(m for m in GemmTilingGpuProblem().mutations() if m.kind == "directed").propose(
-                gap_prompt(timed=True), np.random.default_rng(seed)
-            )
-            for seed in range(40, 200)
-        )
-        if a
-    ]
+    answers = directed_answers(gap_prompt(timed=True), range(200))
     rules = [line for a in answers for line in a.splitlines() if "if M * N" in line]
     banded = [line for line in rules if re.search(r"and M (>|<=) (128|256)\b", line)]
     assert rules and 0 < len(banded) < len(rules)

@@ -14,8 +14,8 @@ inspiration (``borrow``), or insert one aimed at a shape where the parent is fur
 best cost the job has seen (``directed``). New rules test octave ranges of the output size
 ``M * N``, on the GPU problem some also a band of M (docs/gemm_tiling.md says why); the shapes
 they are aimed at and placed by are those of the parent's cases, the shapes its score was
-computed on. Programs are read with ``ast`` and never
-run; statements that are not rules are left alone. New configs are launchable where a launchable
+computed on. Programs are read with ``ast`` and never run; statements that are not rules are
+left alone. New configs are launchable where a launchable
 choice exists. Each mutation emits one SEARCH/REPLACE hunk, unique in the parent and confined to
 the EVOLVE block, whose child parses.
 """
@@ -564,13 +564,13 @@ def _token_band(m: int, rng: Generator) -> str:
     """A test of M around ``m`` on the powers of two: above the one below it, at most the one at
     or above it, or both. Within one output-size octave, ``M > 16`` keeps the narrow projections'
     prefill shapes and ``M <= 16`` the wide projections' decode shapes."""
-    low = _below(m, M_THRESHOLDS)
-    high = min((v for v in M_THRESHOLDS if v >= m), default=None)
+    low = _below(m, M_THRESHOLDS)  # None for M = 1
+    high = min((v for v in M_THRESHOLDS if v >= m), default=None)  # None past 8192
     forms = [f"M > {low}"] if low is not None else []
     forms += [f"M <= {high}"] if high is not None else []
     if len(forms) == 2:
         forms.append(" and ".join(forms))
-    return forms[int(rng.integers(len(forms)))] if forms else f"M >= {m}"
+    return forms[int(rng.integers(len(forms)))]
 
 
 def _random_test(rng: Generator) -> str:
