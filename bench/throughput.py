@@ -84,6 +84,7 @@ SLOTS_PER_PROCESS = 16  # worker slots per worker process (each process is one e
 
 
 PROFILE_FOLDER: Path | None = None  # --profile: where each controller run's pstats file goes
+PROPOSAL_PROCESSES = 0  # --proposal-processes: the controller's proposal processes
 _PROFILE_RUNS = itertools.count(1)  # numbers the files: two runs may have the same slot count
 
 
@@ -168,6 +169,7 @@ async def _run_job(
             queue=queue,
             problem=problem,
             proposer=make_proposer(config, problem),
+            proposal_processes=PROPOSAL_PROCESSES,
         )
         profiler = cProfile.Profile(time.process_time) if PROFILE_FOLDER else None
         started, cpu = time.perf_counter(), time.process_time()
@@ -410,9 +412,11 @@ def main() -> None:
         "--profile", type=Path, help="write a pstats file of each controller run to this folder"
     )
     parser.add_argument("--slots", default="1,4,16,64", help="slot counts of figures 2 and 2b")
+    parser.add_argument("--proposal-processes", type=int, default=0)
     args = parser.parse_args()
-    global PROFILE_FOLDER
+    global PROFILE_FOLDER, PROPOSAL_PROCESSES
     PROFILE_FOLDER = args.profile
+    PROPOSAL_PROCESSES = args.proposal_processes
     proposals = 300 if args.quick else args.proposals
     sizes = [int(size) for size in args.sizes.split(",")]
 

@@ -19,10 +19,10 @@ RUN_TIMEOUT_S = 60.0  # a run that hangs (a leaked slot) fails here instead of f
 
 
 async def run_job(
-    tmp_path: Path, queue: LocalQueue, config: RunConfig
+    tmp_path: Path, queue: LocalQueue, config: RunConfig, *, proposal_processes: int = 0
 ) -> tuple[JobState, ProgramCounts, Controller]:
     """Run the job to its end with one worker loop; returns its state, program counts and the
-    controller (for its progress counters)."""
+    controller (for its progress counters and its job's id)."""
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'run.sqlite'}")
     await upgrade(engine)
     sessions = session_factory(engine)
@@ -49,6 +49,7 @@ async def run_job(
                     queue=queue,
                     problem=problem,
                     proposer=make_proposer(config, problem),
+                    proposal_processes=proposal_processes,
                 )
                 try:
                     state = await asyncio.wait_for(controller.run(), timeout=RUN_TIMEOUT_S)

@@ -14,6 +14,7 @@ from codevolve.services.proposal_ledger import ProposalLedger
 class Learner:
     name = "learner"
     reads_prompt_text = True
+    cpu_bound = False  # it waits on an API
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, float, float]] = []

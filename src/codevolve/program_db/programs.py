@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any, Literal, cast
 
 from sqlalchemy import (
@@ -56,7 +57,7 @@ _NO_SYNC = {"synchronize_session": False}  # updates go to the database; reads r
 # ------------------------------------------------------------------------------------ conversion
 
 
-def to_program(row: ProgramRow | Row[Any]) -> Program:
+def to_program(row: ProgramRow | Row[Any] | SimpleNamespace) -> Program:
     """A program from its ORM row or a Core row of the programs table (same attribute names)."""
     return Program(
         id=row.id,
@@ -240,6 +241,14 @@ def _apply_statements() -> tuple[Executable, Executable]:
         .values({column: bindparam(f"b_{column}") for column in _RESULT_COLUMNS})
     )
     return lock, record
+
+
+def evaluated_program(program: Program, evaluation: Evaluation, cell: CellKey | None) -> Program:
+    """The program as :func:`apply_evaluations` leaves its row, read back, without the read:
+    the same values through the same conversions (the creation time is this moment's when the
+    program has none)."""
+    values = _row_values(program) | _result_values(evaluation, cell)
+    return to_program(SimpleNamespace(**values))
 
 
 def _result_values(evaluation: Evaluation, cell: CellKey | None) -> dict[str, Any]:

@@ -26,6 +26,13 @@ class Proposer(Protocol):
         reads the structured fields), the text is rendered only if prompts are stored."""
         ...
 
+    @property
+    def cpu_bound(self) -> bool:
+        """Whether ``propose`` computes its answer on this machine and never awaits (the
+        simulated proposer). Such a proposer may run in proposal processes beside the
+        controller, forked from it; one that calls out (an API) runs in the controller's loop."""
+        ...
+
     async def propose(self, prompt: Prompt, rng: np.random.Generator) -> Proposal: ...
 
 

@@ -27,6 +27,7 @@ class SimulatedProposer:
 
     name = "simulated"
     reads_prompt_text = False  # it reads the parent's source and the structured fields
+    cpu_bound = True  # it edits the source here; nothing to await
 
     def __init__(
         self,

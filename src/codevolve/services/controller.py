@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import logging
 import time
 import uuid
@@ -41,16 +40,16 @@ from codevolve.core.diff import ApplyFailure
 from codevolve.core.job import Job, JobState
 from codevolve.core.problem import Problem
 from codevolve.core.program import CellKey, Evaluation, Program, ProgramId, ProgramStatus
-from codevolve.core.prompt import BestCase, ProgramView, Prompt, Proposal, ProposalStatus
+from codevolve.core.prompt import BestCase, ProgramView, Prompt, ProposalStatus
 from codevolve.core.task import Task
 from codevolve.evaluator_workers.queue import TaskQueue
 from codevolve.program_db import archive, repository
 from codevolve.program_db.archive import WRITTEN
 from codevolve.program_db.mirror import ArchiveMirror
 from codevolve.prompt_sampler.builder import build_prompt
-from codevolve.prompt_sampler.diff import apply_answer
 from codevolve.proposers.base import Proposer
 from codevolve.services.proposal_ledger import ProposalLedger
+from codevolve.services.proposal_pool import ProposalPool, Settled, content_hash
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +58,6 @@ RESULT_POLL_S = 0.2  # seconds; how often the result loop checks for the end of 
 RESULT_BATCH = 256  # results applied per transaction, at most
 CACHED_PROGRAMS = 4096  # elite programs kept in memory for prompts (parents, inspirations)
 CONTROL_POLL_S = 2.0  # seconds; how often the job's state is re-read (pause/cancel from outside)
-
-
-def content_hash(source: str) -> str:
-    """Dedupe key: the source with trailing whitespace of each line ignored."""
-    canonical = "\n".join(line.rstrip() for line in source.strip().splitlines())
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 @dataclass(slots=True)
@@ -126,7 +119,11 @@ class Controller:
         problem: Problem,
         proposer: Proposer,
         on_progress: Callable[[Progress], None] | None = None,
+        proposal_processes: int = 0,
     ) -> None:
+        """``proposal_processes``: child processes that make the proposals of a ``cpu_bound``
+        proposer (the simulated one), so that this process's core goes to the database, the
+        queue and the archive; 0 makes them here. Other proposers always run here."""
         self._job = job
         self._config = job.config
         self._sessions = sessions
@@ -137,6 +134,12 @@ class Controller:
         # The prompt's text is rendered only for whoever reads it: the proposer or the log.
         self._renders_prompts = proposer.reads_prompt_text or self._ledger.logs_prompts
         self._on_progress = on_progress or (lambda _p: None)
+        cpu_bound = bool(proposer.cpu_bound)
+        self._pool = ProposalPool(  # its processes start and stop with run()
+            proposer,
+            processes=proposal_processes if cpu_bound else 0,
+            max_code_length=self._config.max_code_length,
+        )
         # Archive transactions (results, islands, the job's state) run one at a time, and so do
         # proposal writes. On Postgres the two kinds overlap; SQLite has one writer: one lock.
         self._db_lock = asyncio.Lock()
@@ -156,6 +159,10 @@ class Controller:
         self._error: str | None = None
         self.progress = Progress(max_proposals=self._config.max_proposals)
 
+    @property
+    def job(self) -> Job:
+        return self._job
+
     # ------------------------------------------------------------------ run
 
     async def run(self) -> JobState:
@@ -164,7 +171,7 @@ class Controller:
         proposals_done, next_index = await self._start()
         self.progress.proposals = proposals_done
         try:
-            async with asyncio.TaskGroup() as tg:
+            async with self._pool, asyncio.TaskGroup() as tg:
                 tg.create_task(self._consume_results())
                 tg.create_task(self._watch_control(started))
                 await self._produce(tg, proposals_done=proposals_done, next_index=next_index)
@@ -312,15 +319,14 @@ class Controller:
             styles=self._ledger.styles,
             render=self._renders_prompts,
         )
-        proposal = await self._proposer.propose(prompt, rng)
+        settled = await self._pool.settle(prompt, rng)
         return await self._accept(
             index,
             island=island,
             sample_epoch=sample.epoch,
             parent=sample.parent,
-            proposal=proposal,
+            settled=settled,
             prompt=prompt,
-            rng=rng,
         )
 
     async def sample(self, island: int, rng: np.random.Generator) -> repository.Sample | None:
@@ -388,19 +394,12 @@ class Controller:
         island: int,
         sample_epoch: int,
         parent: Program,
-        proposal: Proposal,
+        settled: Settled,
         prompt: Prompt,
-        rng: np.random.Generator,
     ) -> bool:
-        """Apply the answer; record the proposal, and insert and enqueue the child if there is
-        one, in the next batched write."""
-        outcome = (
-            None
-            if proposal.error
-            else apply_answer(
-                parent.source, proposal.text, max_code_length=self._config.max_code_length
-            )
-        )
+        """Record the proposal, and insert and enqueue its child if there is one, in the next
+        batched write."""
+        proposal, outcome = settled.proposal, settled.outcome
         prompt_text, answer_text = self._ledger.texts(prompt, proposal)
         entry = repository.ProposalEntry(
             index=index,
@@ -431,7 +430,7 @@ class Controller:
                 id=uuid.uuid4().hex,
                 job_id=self._job.id,
                 source=outcome.source,
-                content_hash=content_hash(outcome.source),
+                content_hash=settled.content_hash,
                 parent_id=parent.id,
                 island=island,
                 epoch=sample_epoch,
@@ -443,13 +442,12 @@ class Controller:
                 proposer=proposal.proposer,
             )
             entry = dataclasses.replace(entry, program_id=child.id)
-        seed = int(rng.integers(2**31)) if child is not None else 0
         written = await self._write(
             _Write(
                 entry=entry,
                 child=child,
                 parent_scores=dict(parent.stage_scores),
-                seed=seed,
+                seed=settled.seed,
                 done=asyncio.get_running_loop().create_future(),
             )
         )
@@ -664,7 +662,7 @@ class Controller:
         mirror = self._mirror or await self._load_archive(session)
         self._mirror = mirror
         improved_cases: list[BestCase] = []
-        elites: list[ProgramId] = []
+        elites: dict[ProgramId, Program] = {}  # as evaluated, for the prompts that show them
         best: tuple[ProgramId, float] | None = None
         for program, evaluation, cell in applied:
             for case in evaluation.cases:
@@ -700,7 +698,7 @@ class Controller:
                 if written is not decided:  # someone else wrote: read the archive again
                     log.warning("job %s: archive changed outside; reloading", self._job.id)
                     self._mirror = None
-                elites.append(program.id)
+                elites[program.id] = repository.evaluated_program(program, evaluation, cell)
             if self.progress.best_score is None or score > self.progress.best_score:
                 self.progress.best_score = score
                 best = (program.id, score)
@@ -709,7 +707,7 @@ class Controller:
         if best is not None:
             await repository.set_job_best(session, self._job.id, *best)
         if elites:
-            self._cache(await repository.get_programs(session, elites))
+            self._cache(list(elites.values()))
             self._archive_changed.set()
 
     def _count(self, evaluation: Evaluation) -> None:

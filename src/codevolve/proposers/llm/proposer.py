@@ -31,6 +31,7 @@ class LlmProposer:
 
     name = "llm"
     reads_prompt_text = True
+    cpu_bound = False  # it waits on an API
 
     def __init__(self, config: ProposerConfig, client: ChatClient) -> None:
         if config.kind != "llm":
