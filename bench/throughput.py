@@ -22,7 +22,10 @@ is printed with each figure.
 
     python bench/throughput.py [--pg postgresql://postgres@127.0.0.1:5432/test]
         [--redis redis://127.0.0.1:6379/0] [--sizes 10000,100000,1000000] [--quick]
-        [--parts 1,2,3] [--slots 1,4,16,64] [--profile FOLDER]
+        [--parts 1,2,3] [--slots 1,4,16,64] [--proposal-processes 0,4] [--profile FOLDER]
+
+``--proposal-processes`` runs figures 1 and 2 once per count of the controller's proposal
+processes (``codevolve serve --proposal-processes``), one after the other in the same run.
 
 ``--profile FOLDER`` writes a cProfile pstats file (CPU time, not wall time) of each controller
 run (``controller.run()`` only, not the workers or the setup) to FOLDER, numbered in run order and
@@ -42,7 +45,7 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,7 +67,7 @@ from codevolve.evaluator_workers.worker import run_worker
 from codevolve.program_db import repository
 from codevolve.program_db.engine import create_engine, session_factory, sqlite_url, upgrade
 from codevolve.services.controller import Controller
-from codevolve.services.runtime import make_proposer
+from codevolve.services.runtime import make_proposer, tune_gc
 from codevolve.services.worker_process import WorkerOptions, run_worker_process
 
 INITIAL = """\
@@ -84,7 +87,7 @@ SLOTS_PER_PROCESS = 16  # worker slots per worker process (each process is one e
 
 
 PROFILE_FOLDER: Path | None = None  # --profile: where each controller run's pstats file goes
-PROPOSAL_PROCESSES = 0  # --proposal-processes: the controller's proposal processes
+PROPOSAL_PROCESSES = 0  # the controller's proposal processes in the run going on
 _PROFILE_RUNS = itertools.count(1)  # numbers the files: two runs may have the same slot count
 
 
@@ -412,11 +415,15 @@ def main() -> None:
         "--profile", type=Path, help="write a pstats file of each controller run to this folder"
     )
     parser.add_argument("--slots", default="1,4,16,64", help="slot counts of figures 2 and 2b")
-    parser.add_argument("--proposal-processes", type=int, default=0)
+    parser.add_argument(
+        "--proposal-processes",
+        default="0",
+        help="figures 1 and 2 with each of these counts of proposal processes, e.g. 0,4",
+    )
     args = parser.parse_args()
-    global PROFILE_FOLDER, PROPOSAL_PROCESSES
+    global PROFILE_FOLDER
     PROFILE_FOLDER = args.profile
-    PROPOSAL_PROCESSES = args.proposal_processes
+    tune_gc()  # as `codevolve serve` does
     proposals = 300 if args.quick else args.proposals
     sizes = [int(size) for size in args.sizes.split(",")]
 
@@ -437,36 +444,47 @@ def main() -> None:
 def throughput(args: argparse.Namespace, proposals: int) -> None:
     instant = BenchProblem()
     print("1. programs/s end to end, instant evaluator (16 slots, 32 in flight)")
-    for mode in ("embedded", "postgres+redis"):
-        if mode == "embedded":
-            done, wall = asyncio.run(embedded(instant, proposals=proposals, slots=16))
-        else:
-            done, wall = asyncio.run(
-                distributed(
+    for processes in _process_counts(args):
+        for mode in ("embedded", "postgres+redis"):
+            if mode == "embedded":
+                run = embedded(instant, proposals=proposals, slots=16)
+            else:
+                run = distributed(
                     instant, pg=args.pg, redis_url=args.redis, proposals=proposals, slots=16
                 )
+            done, wall = _run_with(processes, run)
+            print(
+                f"  {mode:>15}, {processes} proposal processes: {done / wall:7.1f} programs/s "
+                f"({done} in {wall:.1f} s; {load()})"
             )
-        print(f"  {mode:>15}: {done / wall:7.1f} programs/s ({done} in {wall:.1f} s; {load()})")
 
 
 def scaling(args: argparse.Namespace, proposals: int) -> None:
     print(f"2. scaling, {SLEEP_S * 1000:.0f} ms sleep-bound evaluator, postgres+redis")
     for slots in _slot_counts(args):
         runs = max(40, min(proposals, int(slots / SLEEP_S * (2 if args.quick else 8))))
-        done, wall = asyncio.run(
-            distributed(
-                BenchProblem(sleep_s=SLEEP_S),
-                pg=args.pg,
-                redis_url=args.redis,
-                proposals=runs,
-                slots=slots,
+        for processes in _process_counts(args):
+            problem = BenchProblem(sleep_s=SLEEP_S)
+            run = distributed(
+                problem, pg=args.pg, redis_url=args.redis, proposals=runs, slots=slots
             )
-        )
-        rate = done / wall
-        print(
-            f"  {slots:>3} slots ({describe(slots)}): {rate:7.1f} programs/s, efficiency "
-            f"{rate * SLEEP_S / slots:.2f} ({done} in {wall:.1f} s; {load()})"
-        )
+            done, wall = _run_with(processes, run)
+            rate = done / wall
+            print(
+                f"  {slots:>3} slots ({describe(slots)}), {processes} proposal processes: "
+                f"{rate:7.1f} programs/s, efficiency {rate * SLEEP_S / slots:.2f} "
+                f"({done} in {wall:.1f} s; {load()})"
+            )
+
+
+def _run_with(processes: int, run: Coroutine[Any, Any, tuple[int, float]]) -> tuple[int, float]:
+    global PROPOSAL_PROCESSES
+    PROPOSAL_PROCESSES = processes
+    return asyncio.run(run)
+
+
+def _process_counts(args: argparse.Namespace) -> list[int]:
+    return [int(count) for count in args.proposal_processes.split(",")]
 
 
 def worker_scaling(args: argparse.Namespace) -> None:

@@ -8,6 +8,7 @@ upgrade any database it is pointed at.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,11 +18,15 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for SQLite's single write lock
+PING_IDLE_S = 1.0  # seconds; a pooled Postgres connection idle this long is pinged before use
+_IDLE_SINCE = "codevolve_idle_since"  # the pool entry's info key: when it was checked in
 ASYNC_DRIVERS = {
     "postgresql": "postgresql+asyncpg",
     "postgres": "postgresql+asyncpg",
@@ -51,8 +56,35 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
         engine = _create_async_engine(url, echo=echo)
         event.listen(engine.sync_engine, "connect", _configure_sqlite)
         return engine
-    # Pre-ping: a Postgres restart or an idle timeout otherwise surfaces as a failed transaction.
-    return _create_async_engine(url, echo=echo, pool_pre_ping=True)
+    engine = _create_async_engine(url, echo=echo)
+    _ping_when_idle(engine)
+    return engine
+
+
+def _ping_when_idle(engine: AsyncEngine) -> None:
+    """Ping a pooled connection before use when it sat idle for ``PING_IDLE_S`` or longer.
+
+    A connection that has been idle may have been closed by a Postgres restart or an idle timeout;
+    the ping finds out and the pool connects afresh, so the transaction never sees it. A
+    connection in steady use is not pinged (SQLAlchemy's ``pool_pre_ping`` pings every checkout:
+    three round trips added to every transaction of a busy controller). A restart that lands while
+    connections are busy fails the transactions on them; SQLAlchemy then retires every connection
+    of the pool opened before, so the next transactions connect afresh."""
+    dialect = engine.sync_engine.dialect
+
+    @event.listens_for(engine.sync_engine.pool, "checkin")
+    def _idle_from(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine.pool, "checkout")
+    def _ping_if_idle(dbapi_connection: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
+        idle_since = record.info.get(_IDLE_SINCE)
+        if idle_since is None or time.monotonic() - idle_since < PING_IDLE_S:
+            return
+        try:
+            dialect.do_ping(dbapi_connection)
+        except (OSError, dialect.loaded_dbapi.Error) as exc:
+            raise DisconnectionError("a pooled connection went away while idle") from exc
 
 
 def _configure_sqlite(dbapi_connection: Any, _record: object) -> None:

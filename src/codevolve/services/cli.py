@@ -68,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-wall-s", type=float, default=None, help="wall-clock budget, seconds")
     run.add_argument("--in-flight", type=int, default=None, help="proposals in flight at once")
     run.add_argument("--workers", type=int, default=2, help="in-process evaluation workers")
+    cli_dist.proposal_processes_option(run)
     run.add_argument(
         "--gpus", default=None, help="GPU stages: all, none or ids (default: one GPU if needed)"
     )
@@ -162,6 +163,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 config=config,
                 resume=args.resume,
                 workers=args.workers,
+                proposal_processes=args.proposal_processes,
                 gpus=args.gpus,
                 on_start=bar.start,
                 on_progress=bar.update,

@@ -48,6 +48,7 @@ def register(sub: Any) -> None:
         "--local-workers", type=int, default=2, help="without Redis: in-process workers per job"
     )
     serve.add_argument("--poll-s", type=float, default=1.0, help="seconds between job scans")
+    proposal_processes_option(serve)
     _prefix_option(serve)
     serve.set_defaults(handler=_cmd_serve)
 
@@ -84,6 +85,26 @@ def register(sub: Any) -> None:
     submit.add_argument("--json", action="store_true", help="print JSON")
     submit.add_argument("--db", default=None, help="database URL (default: CODEVOLVE_DB)")
     submit.set_defaults(handler=_cmd_submit)
+
+
+def proposal_processes_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--proposal-processes",
+        type=_count,
+        default=0,
+        help="per job: child processes that make simulated proposals beside the controller "
+        "(default 0: in its own process); for high slot counts, see docs/deploy.md",
+    )
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a count (0 or more), got {text!r}")
+    return value
 
 
 def _prefix_option(parser: argparse.ArgumentParser) -> None:
@@ -175,9 +196,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 async def serve(args: argparse.Namespace) -> None:
     """Migrate, then run the supervisor and (when installed) the API until SIGTERM or SIGINT."""
     from codevolve.program_db.engine import create_engine, session_factory, upgrade
+    from codevolve.services.runtime import tune_gc
     from codevolve.services.supervisor import Supervisor, SupervisorOptions
 
     url = _redis_url(args, required=False)
+    tune_gc()
     engine = create_engine(args.db)
     redis = Redis.from_url(url, decode_responses=True) if url else None
     stop = asyncio.Event()
@@ -192,7 +215,10 @@ async def serve(args: argparse.Namespace) -> None:
             sessions,
             redis=redis,
             options=SupervisorOptions(
-                poll_s=args.poll_s, local_workers=args.local_workers, key_prefix=args.key_prefix
+                poll_s=args.poll_s,
+                local_workers=args.local_workers,
+                key_prefix=args.key_prefix,
+                proposal_processes=args.proposal_processes,
             ),
         )
         server = None if args.no_api else _api_server(args, sessions, redis, keys)

@@ -51,6 +51,7 @@ class SupervisorOptions:
     retry_s: float = 2.0  # seconds before a controller that raised is started again
     local_workers: int = 2  # in-process evaluation loops per job when there is no Redis
     key_prefix: str = DEFAULT_PREFIX
+    proposal_processes: int = 0  # per job: see Controller; 0 makes proposals in this process
     tuning: QueueTuning = field(default_factory=QueueTuning)
 
 
@@ -108,7 +109,7 @@ class Supervisor:
         try:
             async with self._sessions() as session:
                 jobs = await repository.list_jobs(session)
-        except (OSError, DBAPIError) as exc:  # a restart; pre-ping reconnects next time
+        except (OSError, DBAPIError) as exc:  # a restart; the pool connects afresh next time
             log.warning("database unreachable (%s); jobs are looked for again", exc)
             return []
         return sorted((job for job in jobs if job.state in ACTIVE), key=lambda j: j.created_at)
@@ -159,7 +160,12 @@ class Supervisor:
         self, job: Job, problem: Problem, queue: LocalQueue | RedisTaskQueue, proposer: Proposer
     ) -> Controller:
         return Controller(
-            job, sessions=self._sessions, queue=queue, problem=problem, proposer=proposer
+            job,
+            sessions=self._sessions,
+            queue=queue,
+            problem=problem,
+            proposer=proposer,
+            proposal_processes=self._options.proposal_processes,
         )
 
     async def _run_local(self, job: Job, problem: Problem) -> None:
