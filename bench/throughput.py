@@ -230,7 +230,13 @@ def _worker_main(redis_url: str, prefix: str, slots: int, sleep_s: float, name: 
 
 
 async def distributed(
-    problem: BenchProblem, *, pg: str, redis_url: str, proposals: int, slots: int
+    problem: BenchProblem,
+    *,
+    pg: str,
+    redis_url: str,
+    proposals: int,
+    slots: int,
+    in_flight_per_slot: int = 2,
 ) -> tuple[int, float]:
     from redis.asyncio import Redis
 
@@ -262,7 +268,7 @@ async def distributed(
         return await _run_job(
             url.render_as_string(hide_password=False),
             problem,
-            _config(proposals, 2 * slots),
+            _config(proposals, in_flight_per_slot * slots),
             remote,
         )
     finally:
@@ -420,6 +426,11 @@ def main() -> None:
         default="0",
         help="figures 1 and 2 with each of these counts of proposal processes, e.g. 0,4",
     )
+    parser.add_argument(
+        "--in-flight-per-slot",
+        default="2",
+        help="figure 2: proposals in flight per worker slot (RunConfig.max_in_flight), e.g. 2,4",
+    )
     args = parser.parse_args()
     global PROFILE_FOLDER
     PROFILE_FOLDER = args.profile
@@ -463,17 +474,23 @@ def scaling(args: argparse.Namespace, proposals: int) -> None:
     print(f"2. scaling, {SLEEP_S * 1000:.0f} ms sleep-bound evaluator, postgres+redis")
     for slots in _slot_counts(args):
         runs = max(40, min(proposals, int(slots / SLEEP_S * (2 if args.quick else 8))))
-        for processes in _process_counts(args):
-            problem = BenchProblem(sleep_s=SLEEP_S)
+        for processes, per_slot in itertools.product(
+            _process_counts(args), _counts(args.in_flight_per_slot)
+        ):
             run = distributed(
-                problem, pg=args.pg, redis_url=args.redis, proposals=runs, slots=slots
+                BenchProblem(sleep_s=SLEEP_S),
+                pg=args.pg,
+                redis_url=args.redis,
+                proposals=runs,
+                slots=slots,
+                in_flight_per_slot=per_slot,
             )
             done, wall = _run_with(processes, run)
             rate = done / wall
             print(
-                f"  {slots:>3} slots ({describe(slots)}), {processes} proposal processes: "
-                f"{rate:7.1f} programs/s, efficiency {rate * SLEEP_S / slots:.2f} "
-                f"({done} in {wall:.1f} s; {load()})"
+                f"  {slots:>3} slots ({describe(slots)}), {processes} proposal processes, "
+                f"{per_slot * slots} in flight: {rate:7.1f} programs/s, efficiency "
+                f"{rate * SLEEP_S / slots:.2f} ({done} in {wall:.1f} s; {load()})"
             )
 
 
@@ -484,7 +501,11 @@ def _run_with(processes: int, run: Coroutine[Any, Any, tuple[int, float]]) -> tu
 
 
 def _process_counts(args: argparse.Namespace) -> list[int]:
-    return [int(count) for count in args.proposal_processes.split(",")]
+    return _counts(args.proposal_processes)
+
+
+def _counts(text: str) -> list[int]:
+    return [int(count) for count in text.split(",")]
 
 
 def worker_scaling(args: argparse.Namespace) -> None:

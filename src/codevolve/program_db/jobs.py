@@ -5,12 +5,13 @@ Every function takes the caller's session and never commits; rows become ``core.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Executable, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.config import RunConfig
@@ -20,7 +21,7 @@ from codevolve.core.prompt import ProposalStatus
 from codevolve.program_db.errors import UnknownJobError
 from codevolve.program_db.models import IslandRow, JobRow, ProposalRow, utcnow
 from codevolve.program_db.programs import best_program
-from codevolve.program_db.sql import as_utc, dialect_insert, table_of
+from codevolve.program_db.sql import as_utc, dialect_table_insert, table_of
 
 _NO_SYNC = {"synchronize_session": False}
 
@@ -149,11 +150,7 @@ async def record_proposals(
     if not entries:
         return 0
     now = utcnow()
-    statement = (
-        dialect_insert(session, ProposalRow)
-        .on_conflict_do_nothing(index_elements=["job_id", "proposal_index"])
-        .returning(table_of(ProposalRow).c.proposal_index)
-    )  # executed with many parameter sets: one cached statement, batched into multi-row VALUES
+    statement = _record_proposals_statement(session.get_bind().dialect.name)
     rows = [
         {
             "job_id": job_id,
@@ -176,8 +173,36 @@ async def record_proposals(
     ]
     recorded = len((await session.execute(statement, rows)).all())
     if recorded:
-        await _update_job(session, job_id, proposals=JobRow.proposals + recorded)
+        counted = await session.execute(
+            _count_proposals_statement(), {"c_job": job_id, "c_count": recorded, "c_now": now}
+        )
+        if counted.first() is None:
+            raise UnknownJobError(f"no job {job_id}")
     return recorded
+
+
+@functools.cache
+def _record_proposals_statement(dialect: str) -> Executable:
+    """Built once per backend; executed with many parameter sets, which SQLAlchemy batches into
+    multi-row VALUES. A proposal batch is the controller's most frequent write."""
+    table = table_of(ProposalRow)
+    return (
+        dialect_table_insert(dialect, table)
+        .on_conflict_do_nothing(index_elements=["job_id", "proposal_index"])
+        .returning(table.c.proposal_index)
+    )
+
+
+@functools.cache
+def _count_proposals_statement() -> Executable:
+    """``jobs.proposals += c_count`` for job ``c_job``, built once (it follows every batch)."""
+    jobs = table_of(JobRow)
+    return (
+        update(jobs)
+        .where(jobs.c.id == bindparam("c_job"))
+        .values(proposals=jobs.c.proposals + bindparam("c_count"), updated_at=bindparam("c_now"))
+        .returning(jobs.c.id)
+    )
 
 
 async def record_proposal(session: AsyncSession, *, job_id: JobId, **entry: Any) -> bool:
