@@ -4,6 +4,9 @@ connection idle for a while is pinged before use; one in steady use is not pinge
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import asyncpg
 import pytest
@@ -37,6 +40,58 @@ async def _one(engine: AsyncEngine) -> int:
         return int((await connection.execute(text("SELECT 1"))).scalar_one())
 
 
+@dataclass
+class Pinged:
+    """An engine whose pool pings after ``idle_s``, and the pings it made."""
+
+    engine: AsyncEngine
+    pings: list[int]
+
+
+@asynccontextmanager
+async def _engine(
+    url: str, monkeypatch: pytest.MonkeyPatch, *, idle_s: float
+) -> AsyncIterator[Pinged]:
+    monkeypatch.setattr(engine_module, "PING_IDLE_S", idle_s)
+    engine = create_engine(url)
+    try:
+        yield Pinged(engine=engine, pings=_count_pings(engine, monkeypatch))
+    finally:
+        await engine.dispose()
+
+
+async def test_an_idle_connection_dropped_by_postgres_is_replaced_unseen(
+    migrated_postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with _engine(migrated_postgres_url, monkeypatch, idle_s=0.05) as pinged:
+        assert await _one(pinged.engine) == 1
+        assert await _drop_connections(migrated_postgres_url) >= 1
+        await asyncio.sleep(0.1)  # idle past the threshold: the next checkout pings
+        assert await _one(pinged.engine) == 1
+        assert pinged.pings  # the dead connection was found by the ping, not the transaction
+
+
+async def test_a_connection_in_steady_use_is_not_pinged(
+    migrated_postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with _engine(migrated_postgres_url, monkeypatch, idle_s=60.0) as pinged:
+        for _ in range(20):
+            assert await _one(pinged.engine) == 1
+        assert pinged.pings == []
+
+
+async def test_a_drop_while_busy_fails_one_transaction_and_the_pool_connects_afresh(
+    migrated_postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with _engine(migrated_postgres_url, monkeypatch, idle_s=60.0) as pinged:
+        assert await _one(pinged.engine) == 1
+        assert await _drop_connections(migrated_postgres_url) >= 1
+        with pytest.raises(DBAPIError) as raised:
+            await _one(pinged.engine)
+        assert raised.value.connection_invalidated
+        assert await _one(pinged.engine) == 1
+
+
 def _count_pings(engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     pings: list[int] = []
     dialect = engine.sync_engine.dialect
@@ -48,49 +103,3 @@ def _count_pings(engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch) -> list[i
 
     monkeypatch.setattr(dialect, "do_ping", counted)
     return pings
-
-
-async def test_an_idle_connection_dropped_by_postgres_is_replaced_unseen(
-    migrated_postgres_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(engine_module, "PING_IDLE_S", 0.05)
-    engine = create_engine(migrated_postgres_url)
-    pings = _count_pings(engine, monkeypatch)
-    try:
-        assert await _one(engine) == 1
-        assert await _drop_connections(migrated_postgres_url) >= 1
-        await asyncio.sleep(0.1)  # idle past the threshold: the next checkout pings
-        assert await _one(engine) == 1
-        assert pings  # the dead connection was found by the ping, not by the transaction
-    finally:
-        await engine.dispose()
-
-
-async def test_a_connection_in_steady_use_is_not_pinged(
-    migrated_postgres_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(engine_module, "PING_IDLE_S", 60.0)
-    engine = create_engine(migrated_postgres_url)
-    pings = _count_pings(engine, monkeypatch)
-    try:
-        for _ in range(20):
-            assert await _one(engine) == 1
-        assert pings == []
-    finally:
-        await engine.dispose()
-
-
-async def test_a_drop_while_busy_fails_one_transaction_and_the_pool_connects_afresh(
-    migrated_postgres_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(engine_module, "PING_IDLE_S", 60.0)
-    engine = create_engine(migrated_postgres_url)
-    try:
-        assert await _one(engine) == 1
-        assert await _drop_connections(migrated_postgres_url) >= 1
-        with pytest.raises(DBAPIError) as raised:
-            await _one(engine)
-        assert raised.value.connection_invalidated
-        assert await _one(engine) == 1
-    finally:
-        await engine.dispose()
