@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 from redis.asyncio import Redis
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from codevolve.core.config import RunConfig
@@ -42,9 +43,14 @@ async def _wait_for(
 ) -> None:
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while time.monotonic() < deadline:
-        async with sessions() as session:
-            job = await repository.get_job(session, job_id)
-            counts = await repository.program_counts(session, job_id)
+        try:
+            async with sessions() as session:
+                job = await repository.get_job(session, job_id)
+                counts = await repository.program_counts(session, job_id)
+        except DBAPIError as error:  # this reader's own connection was dropped while in use
+            if not error.connection_invalidated:
+                raise
+            continue  # the pool connects afresh, as the controller's does
         assert job is not None
         finished = counts.evaluated + counts.failed + counts.rejected
         if done({"finished": finished, "pending": counts.pending}, job.state):
