@@ -455,7 +455,7 @@ def main() -> None:
 def throughput(args: argparse.Namespace, proposals: int) -> None:
     instant = BenchProblem()
     print("1. programs/s end to end, instant evaluator (16 slots, 32 in flight)")
-    for processes in _process_counts(args):
+    for processes in _counts(args.proposal_processes):
         for mode in ("embedded", "postgres+redis"):
             if mode == "embedded":
                 run = embedded(instant, proposals=proposals, slots=16)
@@ -472,10 +472,10 @@ def throughput(args: argparse.Namespace, proposals: int) -> None:
 
 def scaling(args: argparse.Namespace, proposals: int) -> None:
     print(f"2. scaling, {SLEEP_S * 1000:.0f} ms sleep-bound evaluator, postgres+redis")
-    for slots in _slot_counts(args):
+    for slots in _counts(args.slots):
         runs = max(40, min(proposals, int(slots / SLEEP_S * (2 if args.quick else 8))))
         for processes, per_slot in itertools.product(
-            _process_counts(args), _counts(args.in_flight_per_slot)
+            _counts(args.proposal_processes), _counts(args.in_flight_per_slot)
         ):
             run = distributed(
                 BenchProblem(sleep_s=SLEEP_S),
@@ -500,27 +500,19 @@ def _run_with(processes: int, run: Coroutine[Any, Any, tuple[int, float]]) -> tu
     return asyncio.run(run)
 
 
-def _process_counts(args: argparse.Namespace) -> list[int]:
-    return _counts(args.proposal_processes)
-
-
 def _counts(text: str) -> list[int]:
     return [int(count) for count in text.split(",")]
 
 
 def worker_scaling(args: argparse.Namespace) -> None:
     print(f"2b. the same, queue and workers only: {SLEEP_S * 1000:.0f} ms tasks pre-fed to Redis")
-    for slots in _slot_counts(args):
+    for slots in _counts(args.slots):
         count = max(40, int(slots / SLEEP_S * (1 if args.quick else 4)))
         rate = asyncio.run(drain(args.redis, slots=slots, count=count))
         print(
             f"  {slots:>3} slots ({describe(slots)}): {rate:7.1f} tasks/s, efficiency "
             f"{rate * SLEEP_S / slots:.2f} ({count} tasks; {load()})"
         )
-
-
-def _slot_counts(args: argparse.Namespace) -> list[int]:
-    return [int(slots) for slots in args.slots.split(",")]
 
 
 def fleet(slots: int) -> list[int]:

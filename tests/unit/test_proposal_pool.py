@@ -115,7 +115,7 @@ def test_a_proposer_that_calls_out_cannot_go_to_processes() -> None:
 async def test_processes_exit_with_the_pool() -> None:
     async with ProposalPool(_proposer(), processes=2, max_code_length=MAX_CODE_LENGTH) as pool:  # type: ignore[arg-type]
         pids = pool.pids
-    assert not any(_alive(pid) for pid in pids)  # exited and reaped
+    assert not any(_alive(pid) for pid in pids)  # exited (a zombie counts as exited)
 
 
 def test_processes_exit_when_the_controller_is_killed() -> None:

@@ -134,10 +134,9 @@ class Controller:
         # The prompt's text is rendered only for whoever reads it: the proposer or the log.
         self._renders_prompts = proposer.reads_prompt_text or self._ledger.logs_prompts
         self._on_progress = on_progress or (lambda _p: None)
-        cpu_bound = bool(proposer.cpu_bound)
         self._pool = ProposalPool(  # its processes start and stop with run()
             proposer,
-            processes=proposal_processes if cpu_bound else 0,
+            processes=proposal_processes if proposer.cpu_bound else 0,
             max_code_length=self._config.max_code_length,
         )
         # Archive transactions (results, islands, the job's state) run one at a time, and so do
