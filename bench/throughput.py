@@ -86,6 +86,9 @@ SLEEP_S = 0.05  # seconds per evaluation of the sleep-bound evaluator
 SLOTS_PER_PROCESS = 16  # worker slots per worker process (each process is one event loop)
 
 
+TRACE_FOLDER: Path | None = None  # --trace: where each run's step table goes
+TRACE_S = 0.1  # seconds per step of a trace
+_TRACE_RUNS = itertools.count(1)
 PROFILE_FOLDER: Path | None = None  # --profile: where each controller run's pstats file goes
 PROPOSAL_PROCESSES = 0  # the controller's proposal processes in the run going on
 _PROFILE_RUNS = itertools.count(1)  # numbers the files: two runs may have the same slot count
@@ -108,12 +111,16 @@ class _Stage:
     threshold: Threshold | None = None
 
     def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
+        began = time.time()
         if self.sleep_s:
             time.sleep(self.sleep_s)
         digest = hashlib.sha256(candidate.source.encode()).digest()
         score = int.from_bytes(digest[:4], "big") / 2**32
         feature = int.from_bytes(digest[4:8], "big") / 2**32
-        return StageResult(stage=self.name, passed=True, score=score, features={"h": feature})
+        clock = {"began": began, "ended": time.time()}  # for the run's timeline
+        return StageResult(
+            stage=self.name, passed=True, score=score, features={"h": feature}, metrics=clock
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,13 +192,90 @@ async def _run_job(
         cpu = time.process_time() - cpu
         async with sessions() as session:
             counts = await repository.program_counts(session, job.id)
+            timeline = await _timeline(session, job.id)
         done = counts.evaluated + counts.rejected + counts.failed
-        print(f"    (this process: {cpu / max(done, 1) * 1000:.2f} ms CPU per program)")
+        print(
+            f"    (this process: {cpu / max(done, 1) * 1000:.2f} ms CPU per program, busy "
+            f"{cpu / wall:.0%} of {wall:.1f} s; {timeline})"
+        )
         if profiler is not None:
             _write_profile(profiler, config)
         return done, wall
     finally:
         await engine.dispose()
+
+
+async def _timeline(session: Any, job_id: str) -> str:
+    """How steady the run was: programs evaluated per second in each half second of it (the
+    slowest, the median, the fastest; the first and last half seconds left out), and the time
+    from a child's insert to its result's. With ``--trace``, a table of the run's steps goes to
+    the trace folder."""
+    from sqlalchemy import select
+
+    from codevolve.program_db.models import ProgramRow
+
+    rows = (
+        await session.execute(
+            select(ProgramRow.created_at, ProgramRow.evaluated_at, ProgramRow.metrics).where(
+                ProgramRow.job_id == job_id, ProgramRow.evaluated_at.is_not(None)
+            )
+        )
+    ).all()
+    if len(rows) < 10:
+        return "too few programs for a timeline"
+    # Seconds since the epoch: inserted, evaluation began, ended (the workers' clock, this
+    # machine's), applied.
+    times = np.array(
+        [
+            (
+                created.timestamp(),
+                metrics.get("began", np.nan),
+                metrics.get("ended", np.nan),
+                evaluated.timestamp(),
+            )
+            for created, evaluated, metrics in rows
+        ]
+    )
+    times -= times[:, 0].min()
+    applied = np.sort(times[:, 3])
+    buckets = np.bincount((applied / TIMELINE_S).astype(int))[1:-1] / TIMELINE_S
+    p50, p90, p99 = np.percentile((times[:, 3] - times[:, 0]) * 1000, [50, 90, 99])
+    rates = (
+        f"per {TIMELINE_S} s: {buckets.min():.0f} / {np.median(buckets):.0f} / "
+        f"{buckets.max():.0f} programs/s"
+        if len(buckets)
+        else "shorter than a timeline step"
+    )
+    if TRACE_FOLDER is not None:
+        _write_trace(times)
+    return f"{rates}; insert to result p50 {p50:.0f}, p90 {p90:.0f}, p99 {p99:.0f} ms"
+
+
+def _write_trace(times: np.ndarray) -> None:
+    """Per step of ``TRACE_S``: programs inserted, begun, ended and applied per second, and on
+    average how many were queued (inserted, not begun), on a worker, and back (ended, not
+    applied)."""
+    assert TRACE_FOLDER is not None
+    TRACE_FOLDER.mkdir(parents=True, exist_ok=True)
+    path = TRACE_FOLDER / f"trace-{next(_TRACE_RUNS):02d}.txt"
+    end = float(np.nanmax(times))
+    lines = ["t_s inserted/s begun/s ended/s applied/s queued on_worker back"]
+    for start in np.arange(0.0, end, TRACE_S):
+        moments = np.linspace(start, start + TRACE_S, 5)[:-1]
+        held = [
+            np.mean([((times[:, a] <= m) & ~(times[:, b] <= m)).sum() for m in moments])
+            for a, b in ((0, 1), (1, 2), (2, 3))
+        ]
+        made = [
+            ((times[:, c] >= start) & (times[:, c] < start + TRACE_S)).sum() / TRACE_S
+            for c in range(4)
+        ]
+        lines.append(f"{start:6.2f} " + " ".join(f"{v:6.0f}" for v in made + held))
+    path.write_text("\n".join(lines) + "\n")
+    print(f"    (trace: {path})")
+
+
+TIMELINE_S = 0.5  # seconds per step of a run's timeline
 
 
 async def embedded(problem: BenchProblem, *, proposals: int, slots: int) -> tuple[int, float]:
@@ -265,12 +349,19 @@ async def distributed(
             return queue
 
         url = make_url(pg).set(drivername="postgresql+asyncpg", database=database)
-        return await _run_job(
+        before = await _server_counts(connection, database, redis)
+        done, wall = await _run_job(
             url.render_as_string(hide_password=False),
             problem,
             _config(proposals, in_flight_per_slot * slots),
             remote,
         )
+        await asyncio.sleep(1.0)  # Postgres publishes a backend's statistics within a second
+        after = await _server_counts(connection, database, redis)
+        spent = {name: (after[name] - before.get(name, 0)) / max(done, 1) for name in after}
+        busiest = sorted((name for name in spent if spent[name] >= 0.01), key=lambda n: -spent[n])
+        print("    (per program: " + ", ".join(f"{spent[n]:.2f} {n}" for n in busiest) + ")")
+        return done, wall
     finally:
         for worker in workers:
             worker.terminate()
@@ -281,6 +372,21 @@ async def distributed(
         await redis.aclose()
         await connection.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         await connection.close()
+
+
+async def _server_counts(
+    connection: asyncpg.Connection, database: str, redis: Any
+) -> dict[str, int]:
+    """Postgres commits in ``database`` and Redis commands by name (the whole server's: the
+    controller's and the workers'), as counted so far."""
+    commits = await connection.fetchval(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = $1", database
+    )
+    stats = await redis.info("commandstats")
+    counts = {"pg commits": int(commits or 0)}
+    for name, entry in stats.items():
+        counts[f"redis {name.removeprefix('cmdstat_')}"] = int(entry["calls"])
+    return counts
 
 
 # ------------------------------------------------------------------------------------- sampling
@@ -431,9 +537,11 @@ def main() -> None:
         default="2",
         help="figure 2: proposals in flight per worker slot (RunConfig.max_in_flight), e.g. 2,4",
     )
+    parser.add_argument("--trace", type=Path, help="write a table of each run's steps here")
     args = parser.parse_args()
-    global PROFILE_FOLDER
+    global PROFILE_FOLDER, TRACE_FOLDER
     PROFILE_FOLDER = args.profile
+    TRACE_FOLDER = args.trace
     tune_gc()  # as `codevolve serve` does
     proposals = 300 if args.quick else args.proposals
     sizes = [int(size) for size in args.sizes.split(",")]
