@@ -3,16 +3,17 @@
 Contract, for every function here:
 
 - it takes an ``AsyncSession`` and never commits: the caller owns the transaction (one session and
-  one transaction per controller step or API request);
+  one transaction per controller step or API request). One exception: ``write_proposals`` also
+  takes a Postgres connection in autocommit, as it is one statement there;
 - it returns ``core`` values (``Job``, ``Program``, ``BestCase``...) or plain data, never rows;
 - expected outcomes are values (``apply_evaluation`` returns False for a duplicate delivery,
   ``add_elite`` returns ``AddOutcome.STALE`` after a reset); exceptions derive from
   :class:`~codevolve.program_db.errors.ProgramDbError`, except the database driver's own.
 
-The functions live in ``jobs`` (jobs, proposal log), ``programs`` (programs and their guarded
-transition), ``elites`` (islands, cells, sampling, migration, resets, best cases), ``tokens`` (API
-tokens, stored hashed), ``bundles`` (uploaded problem bundles) and ``stats`` (dashboard and metrics
-aggregates).
+The functions live in ``jobs`` (jobs, proposal log), ``proposal_batches`` (the controller's
+batched proposal write), ``programs`` (programs and their guarded transition), ``elites`` (islands,
+cells, sampling, migration, resets, best cases), ``tokens`` (API tokens, stored hashed),
+``bundles`` (uploaded problem bundles) and ``stats`` (dashboard and metrics aggregates).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from codevolve.program_db.programs import (
     program_counts,
     score_history,
 )
+from codevolve.program_db.proposal_batches import write_proposals
 from codevolve.program_db.stats import (
     island_score_history,
     jobs_by_state,
@@ -148,4 +150,5 @@ __all__ = [
     "store_bundle",
     "update_job_best",
     "upsert_best_cases",
+    "write_proposals",
 ]

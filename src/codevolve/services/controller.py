@@ -24,6 +24,7 @@ The database is touched by one transaction at a time (SQLite allows one writer).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from codevolve.core.diff import ApplyFailure
 from codevolve.core.job import Job, JobState
@@ -143,6 +144,12 @@ class Controller:
         # proposal writes. On Postgres the two kinds overlap; SQLite has one writer: one lock.
         self._db_lock = asyncio.Lock()
         self._write_lock = self._db_lock if _dialect(sessions) == "sqlite" else asyncio.Lock()
+        bind = sessions.kw.get("bind")
+        self._autocommit: AsyncEngine | None = (  # proposal batches: one statement each
+            bind.execution_options(isolation_level="AUTOCOMMIT")
+            if isinstance(bind, AsyncEngine) and bind.dialect.name == "postgresql"
+            else None
+        )
         self._slots = asyncio.Semaphore(self._config.max_in_flight)
         self._in_flight: dict[ProgramId, _InFlight] = {}
         # The best cost seen per case, mirrored from the database: read per proposal, written
@@ -485,23 +492,12 @@ class Controller:
         return await write.done
 
     async def _write_batch(self, batch: Sequence[_Write]) -> None:
-        """One transaction for the batch's children and proposal log, then one round trip to
-        the queue for the children's tasks."""
+        """One write of the batch's children and proposal log (one statement on Postgres, one
+        transaction on SQLite), then one round trip to the queue for the children's tasks."""
         children = [write.child for write in batch if write.child is not None]
-        async with self._transaction(proposals=True) as session:
-            inserted = await repository.insert_programs(session, children)
-            entries = [
-                write.entry
-                if write.child is None or write.child.id in inserted
-                else dataclasses.replace(
-                    write.entry,
-                    status=ProposalStatus.DUPLICATE,
-                    reason="already in the job",
-                    program_id=None,
-                )
-                for write in batch
-            ]
-            await repository.record_proposals(session, self._job.id, entries)
+        entries = [write.entry for write in batch]
+        async with self._proposal_write() as target:
+            inserted = await repository.write_proposals(target, self._job.id, children, entries)
         tasks = []
         for write in batch:
             if write.child is not None and write.child.id in inserted:
@@ -751,6 +747,15 @@ class Controller:
         self._stop_proposing.set()
         self._archive_changed.set()
 
+    def _proposal_write(
+        self,
+    ) -> contextlib.AbstractAsyncContextManager[AsyncSession | AsyncConnection]:
+        """Where a proposal batch is written: on Postgres a connection in autocommit (the write
+        is one statement, atomic by itself), elsewhere a transaction."""
+        if self._autocommit is None:
+            return self._transaction(proposals=True)
+        return _Autocommit(self._autocommit, self._write_lock)
+
     def _transaction(self, *, proposals: bool = False) -> _Transaction:
         """An archive transaction, or with ``proposals`` one that writes proposals and children
         (or only reads), which may overlap archive transactions where the database allows."""
@@ -780,6 +785,32 @@ class _Transaction:
                 await self._session.rollback()
         finally:
             await self._session.close()
+            self._lock.release()
+
+
+class _Autocommit:
+    """``async with``: one connection in autocommit, for a write that is one statement; one at a
+    time, as the lock says."""
+
+    def __init__(self, engine: AsyncEngine, lock: asyncio.Lock) -> None:
+        self._engine = engine
+        self._lock = lock
+        self._connection: AsyncConnection | None = None
+
+    async def __aenter__(self) -> AsyncConnection:
+        await self._lock.acquire()
+        try:
+            self._connection = await self._engine.connect()
+        except BaseException:
+            self._lock.release()
+            raise
+        return self._connection
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        assert self._connection is not None
+        try:
+            await self._connection.close()
+        finally:
             self._lock.release()
 
 
