@@ -32,7 +32,7 @@ from codevolve.program_db.archive import AddOutcome, EliteRef, by_rank
 from codevolve.program_db.engine import create_engine, session_factory
 from codevolve.program_db.mirror import ArchiveMirror
 from codevolve.program_db.models import EliteRow, ProgramRow
-from tests.integration.conftest import new_program, run_config
+from tests.integration.conftest import evaluation_of, new_program, run_config
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -486,6 +486,37 @@ async def test_racing_offers_to_one_cell_keep_the_better_program(pg_sessions: Se
         elites = {e.cell: e for e in await repository.island_elites(session, job.id, 0)}
     assert len(elites) == ROUNDS
     assert all(e.score == 2.0 for e in elites.values())
+
+
+async def test_racing_results_for_one_program_apply_once(pg_sessions: Sessions) -> None:
+    """Two controllers (a duplicate delivery after a restart) apply results for the same pending
+    programs at once: each program takes exactly one of them."""
+    async with pg_sessions.begin() as session:
+        job = await repository.create_job(session, run_config(islands=1))
+        programs = await _programs(session, job.id, 2 * ROUNDS)
+    for round_ in range(ROUNDS):
+        pair = programs[2 * round_ : 2 * round_ + 2]
+        # Both transactions hold results for both programs, in opposite orders and scores.
+        batches = [
+            [
+                (evaluation_of(program, score), (round_,))
+                for program, score in zip(pair, scores, strict=True)
+            ]
+            for scores in ((1.0, 2.0), (3.0, 4.0))
+        ]
+        batches[1].reverse()
+        applied = await _race(
+            pg_sessions,
+            *(functools.partial(repository.apply_evaluations, results=batch) for batch in batches),
+        )
+        assert sorted(len(ids) for ids in applied) in ([0, 2], [1, 1])
+        assert applied[0] | applied[1] == {program.id for program in pair}
+        assert not applied[0] & applied[1]
+    async with pg_sessions.begin() as session:
+        stored = await repository.get_programs(session, [program.id for program in programs])
+        counts = await repository.program_counts(session, job.id)
+    assert counts.evaluated == 2 * ROUNDS and counts.pending == 0
+    assert all(program.score in (1.0, 2.0, 3.0, 4.0) for program in stored)
 
 
 async def _in_transaction(sessions: Sessions, step: Any) -> Any:

@@ -8,6 +8,7 @@ values before they leave this module.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, Literal, cast
@@ -194,12 +195,13 @@ _RESULT_COLUMNS = (
 async def apply_evaluations(
     session: AsyncSession, results: Sequence[tuple[Evaluation, CellKey | None]]
 ) -> set[ProgramId]:
-    """Record workers' results, each once, in two statements; returns the ids applied.
+    """Record workers' results, each once; returns the ids applied.
 
-    The pending rows are read and locked first (``FOR UPDATE``; SQLite has one writer anyway),
-    then one UPDATE runs for all of them, still guarded by ``status = 'pending'``. A program that
-    appears twice in ``results`` (a duplicate delivery in the same batch) is applied once, from
-    its first result.
+    On Postgres one UPDATE of all of them, its rows given as arrays and guarded by ``status =
+    'pending'`` (a concurrent writer's row lock makes it check the guard again). Elsewhere two
+    statements: the pending rows are read and locked first (``FOR UPDATE``; SQLite has one writer
+    anyway), then one UPDATE runs for each, still guarded. A program that appears twice in
+    ``results`` (a duplicate delivery in the same batch) is applied once, from its first result.
     """
     first: dict[ProgramId, tuple[Evaluation, CellKey | None]] = {}
     for evaluation, cell in results:
@@ -210,6 +212,10 @@ async def apply_evaluations(
         first.setdefault(evaluation.program_id, (evaluation, cell))
     if not first:
         return set()
+    if session.get_bind().dialect.name == "postgresql":
+        connection = await session.connection()
+        updated = await connection.exec_driver_sql(_APPLY_POSTGRES, _apply_parameters(first))
+        return {str(program_id) for (program_id,) in updated}
     lock, record = _apply_statements()
     locked = await session.execute(lock, {"ids": list(first)})
     pending = {(str(program_id), str(job_id)) for program_id, job_id in locked}
@@ -222,6 +228,41 @@ async def apply_evaluations(
     if rows:
         await session.execute(record, rows)
     return {row["b_id"] for row in rows}
+
+
+# The results as arrays: $1 ids, $2 jobs, then the columns of _RESULT_COLUMNS in order.
+_APPLY_POSTGRES = """
+UPDATE programs AS p SET
+    status = r.status, score = r.score, stage_scores = r.stage_scores::json,
+    metrics = r.metrics::json, heldout = r.heldout::json, features = r.features::json,
+    cell = r.cell, cases = r.cases::json, feedback = r.feedback, error = r.error,
+    artifacts = r.artifacts::json, evaluated_at = r.evaluated_at
+FROM unnest(
+    $1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::text[], $7::text[],
+    $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::timestamptz[]
+) AS r(id, job_id, status, score, stage_scores, metrics, heldout, features, cell, cases,
+       feedback, error, artifacts, evaluated_at)
+WHERE p.id = r.id AND p.job_id = r.job_id AND p.status = 'pending'
+RETURNING p.id
+"""
+_JSON_COLUMNS = frozenset({"stage_scores", "metrics", "heldout", "features", "cases", "artifacts"})
+
+
+def _apply_parameters(
+    first: Mapping[ProgramId, tuple[Evaluation, CellKey | None]],
+) -> tuple[list[Any], ...]:
+    ordered = sorted(first.items())  # rows locked in one order by every writer: no deadlock
+    values = [_result_values(evaluation, cell) for _id, (evaluation, cell) in ordered]
+    columns: list[list[Any]] = [
+        [program_id for program_id, _ in ordered],
+        [evaluation.job_id for _id, (evaluation, _cell) in ordered],
+    ]
+    for column in _RESULT_COLUMNS:
+        if column in _JSON_COLUMNS:
+            columns.append([json.dumps(row[column]) for row in values])
+        else:
+            columns.append([row[column] for row in values])
+    return tuple(columns)
 
 
 @functools.cache
