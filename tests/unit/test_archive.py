@@ -179,6 +179,24 @@ def test_inspirations_exclude_the_parent_and_repeat_nothing(
     assert chosen[:top] == others[:top]  # the best come first
 
 
+@given(elite_sets(), seeds, st.integers(0, 5), st.integers(1, 3))
+def test_inspirations_draw_as_numpy_choice_without_replacement(
+    elites: list[EliteRef], seed: int, top: int, diverse: int
+) -> None:
+    """The diverse draw replaces ``rng.choice(n, size=k, replace=False)`` (one bounded integer
+    when k is 1): the same inspirations, the same stream after."""
+    parent = by_rank(elites)[0]
+    others = by_rank([e for e in elites if e.program_id != parent.program_id])
+    best, rest = others[:top], others[top:]
+    reference = np.random.default_rng(seed)
+    count = min(diverse, len(rest))
+    picked = reference.choice(len(rest), size=count, replace=False) if count else []
+    rng = np.random.default_rng(seed)
+    chosen = choose_inspirations(elites, parent, rng, top=top, diverse=diverse)
+    assert chosen == best + [rest[int(i)] for i in picked]
+    assert rng.random() == reference.random()
+
+
 # ---------------------------------------------------------------------------- migration, resets
 
 
