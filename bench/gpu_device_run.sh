@@ -9,7 +9,7 @@
 #   python3 -m pip download -d .whl --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 #     --platform manylinux2014_x86_64 sqlalchemy greenlet aiosqlite alembic pydantic \
-#     pydantic-settings redis fastapi uvicorn asyncpg python-multipart pyyaml rich
+#     pydantic-settings redis hiredis fastapi uvicorn asyncpg python-multipart pyyaml rich
 #   (16 MiB with their needs; pyyaml and rich are imported by the runtime and the CLI)
 # `services` starts the PostgreSQL and the Redis of .svc/ (ignored by git, carried: built by
 # bench/gpu_services_bundle.sh, 24 MiB, runs on any x86_64 glibc >= 2.14): Postgres on 127.0.0.1:
