@@ -12,9 +12,9 @@ batched so that it does not grow with them:
 - the job's archive (island epochs, elites) is mirrored in memory (:class:`ArchiveMirror`): the
   controller is its only writer, so parents are drawn without a query, and the parent and
   inspiration programs come from a small cache of elite programs;
-- proposals that finish while a write is in progress are written together: one INSERT of the
-  children (deduplicated by the database in the same statement), one of the proposal log, one
-  commit, then one round trip to the queue;
+- proposals that finish while a write is in progress are written together: the children
+  (deduplicated by the database in the same statement), the proposal log and the job's counter
+  in one statement on Postgres (in autocommit: one round trip), then one round trip to the queue;
 - results are read and applied in batches: one guarded UPDATE for all of them, and the archive
   statements only for the programs that change it.
 
