@@ -1,22 +1,24 @@
-"""The controller's batched proposal write, on both backends, and on Postgres the one-statement
-form against the three statements every backend runs."""
+"""The controller's batched writes: proposals on both backends, and on Postgres the one-statement
+forms (proposals, results) against the statements every backend runs."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from codevolve.core.program import Program, ProgramStatus
+from codevolve.core.program import CaseResult, CellKey, Evaluation, Program, ProgramStatus
 from codevolve.core.prompt import ProposalStatus
 from codevolve.program_db import repository
 from codevolve.program_db.errors import ProgramDbError
 from codevolve.program_db.models import ProgramRow, ProposalRow
+from codevolve.program_db.programs import _apply_with_statements
 from codevolve.program_db.proposal_batches import DUPLICATE_REASON, _write_with_statements
-from tests.integration.conftest import new_program, run_config
+from tests.integration.conftest import evaluation_of, new_program, run_config
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -174,3 +176,64 @@ async def test_the_postgres_statement_writes_what_the_three_statements_write(
         jobs = [await repository.get_job(session, job) for job in (first_job, second_job)]
     assert first == {ids[program_id] for program_id in second}
     assert [job.proposals for job in jobs if job] == [6, 6]
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_the_postgres_result_update_writes_what_the_two_statements_write(
+    sessions: Sessions,
+) -> None:
+    """The same results in two jobs (scored, failed, non-finite numbers, cases, a program no
+    longer pending, a duplicate delivery): one through the single UPDATE, one through the
+    locking read and executemany every backend runs."""
+    jobs: list[tuple[str, list[Program]]] = []
+    async with sessions.begin() as session:
+        for _ in range(2):
+            job = await repository.create_job(session, run_config())
+            programs = [
+                new_program(job.id, name=f"{job.id}-{i}", proposal_index=i) for i in range(5)
+            ]
+            for program in programs:
+                await repository.insert_program(session, program)
+            await repository.apply_evaluation(session, evaluation_of(programs[4], 9.0), cell=(9,))
+            jobs.append((job.id, programs))
+
+    def results(programs: list[Program]) -> list[tuple[Evaluation, CellKey | None]]:
+        cases = (CaseResult("a", 1.5, "fast"), CaseResult("b", math.inf))
+        return [
+            (evaluation_of(programs[0], 2.5, cases=cases), (1, 2)),
+            (evaluation_of(programs[1], None, status=ProgramStatus.FAILED), None),
+            (evaluation_of(programs[2], math.nan, metrics={"x": -math.inf}), (0,)),
+            (evaluation_of(programs[3], 1.0, status=ProgramStatus.REJECTED), None),
+            (evaluation_of(programs[0], 7.0), (3, 3)),  # a second delivery in the batch
+            (evaluation_of(programs[4], 1.0), (4, 4)),  # no longer pending
+        ]
+
+    (first_job, first_programs), (second_job, second_programs) = jobs
+    async with sessions.begin() as session:
+        first = await repository.apply_evaluations(session, results(first_programs))
+    async with sessions.begin() as session:
+        batch = {ev.program_id: (ev, cell) for ev, cell in reversed(results(second_programs))}
+        second = await _apply_with_statements(session, batch)
+    ids = {b.id: a.id for a, b in zip(first_programs, second_programs, strict=True)}
+    ids |= {b.source: a.source for a, b in zip(first_programs, second_programs, strict=True)}
+    ids |= {
+        b.content_hash: a.content_hash for a, b in zip(first_programs, second_programs, strict=True)
+    }
+    skipped = {"job_id", "created_at", "evaluated_at"}
+    async with sessions() as session:
+        rows = {}
+        for job in (first_job, second_job):
+            stored = await session.scalars(select(ProgramRow).where(ProgramRow.job_id == job))
+            rows[job] = sorted(
+                (
+                    tuple(
+                        (key, ids.get(value, value) if isinstance(value, str) else value)
+                        for key, value in sorted(vars(row).items())
+                        if not key.startswith("_") and key not in skipped
+                    )
+                    for row in stored
+                ),
+                key=repr,
+            )
+    assert first == {ids[program_id] for program_id in second} and len(first) == 4
+    assert repr(rows[first_job]) == repr(rows[second_job])  # repr: NaN equals itself there

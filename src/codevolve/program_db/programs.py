@@ -216,6 +216,13 @@ async def apply_evaluations(
         connection = await session.connection()
         updated = await connection.exec_driver_sql(_APPLY_POSTGRES, _apply_parameters(first))
         return {str(program_id) for (program_id,) in updated}
+    return await _apply_with_statements(session, first)
+
+
+async def _apply_with_statements(
+    session: AsyncSession, first: Mapping[ProgramId, tuple[Evaluation, CellKey | None]]
+) -> set[ProgramId]:
+    """The same write as a locking read and an executemany UPDATE, which every backend runs."""
     lock, record = _apply_statements()
     locked = await session.execute(lock, {"ids": list(first)})
     pending = {(str(program_id), str(job_id)) for program_id, job_id in locked}
