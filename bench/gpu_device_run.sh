@@ -2,15 +2,18 @@
 # Steps run on the GPU machine (embedded mode there, but for `throughput`, which runs against the
 # Postgres and Redis that `services` starts). Usage:
 #   bash bench/gpu_device_run.sh STEP...   with STEP in setup tests hardware oracle fidelity
-#   evaluate evolve evolve_multi services throughput services_stop; outputs land in $OUT (default
-#   ./gpu-out). evolve reads PROPOSALS, SEED, EVOLVE_WALL_S and EVOLVE_TIMEOUT from the environment.
+#   evaluate evolve evolve_multi services throughput profile services_stop; outputs land in $OUT
+#   (default ./gpu-out). evolve reads PROPOSALS, SEED, EVOLVE_WALL_S and EVOLVE_TIMEOUT from the
+#   environment.
 # `setup` installs the wheels in .whl/ (ignored by git; the GPU machine has torch, Triton, numpy
 # and httpx but no package index), built on a machine with one for the GPU machine's Python 3.12:
 #   python3 -m pip download -d .whl --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 #     --platform manylinux2014_x86_64 sqlalchemy greenlet aiosqlite alembic pydantic \
 #     pydantic-settings redis hiredis fastapi uvicorn asyncpg python-multipart pyyaml rich
-#   (16 MiB with their needs; pyyaml and rich are imported by the runtime and the CLI)
+#   (16 MiB with their needs; pyyaml and rich are imported by the runtime and the CLI); `profile`
+#   also needs py-spy: the same download of py-spy with --platform manylinux1_x86_64
+#   --platform manylinux_2_5_x86_64
 # `services` starts the PostgreSQL and the Redis of .svc/ (ignored by git, carried: built by
 # bench/gpu_services_bundle.sh, 24 MiB, runs on any x86_64 glibc >= 2.14): Postgres on 127.0.0.1:
 # $PG_PORT (default 5432, the next free port if taken) with trust auth, superuser postgres and a
@@ -163,6 +166,18 @@ print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.devic
         --pg "postgresql://postgres@127.0.0.1:$PG_PORT/test" --redis "redis://127.0.0.1:$REDIS_PORT/0" \
         ${THROUGHPUT_ARGS:-} 2>&1 | tee "$OUT/throughput.log"
       cp "$SVC_RUN"/*.log "$OUT/" 2> /dev/null
+      ;;
+    profile)
+      # One throughput run ($THROUGHPUT_ARGS, default 64 slots) under py-spy (installed by setup
+      # from .whl/, when its wheel is there), then where the controller's loop spent its samples.
+      [ -f "$SVC_RUN/ports.env" ] && . "$SVC_RUN/ports.env"
+      # shellcheck disable=SC2086  # THROUGHPUT_ARGS is a list of flags
+      timeout ${THROUGHPUT_TIMEOUT:-540} /tmp/site/bin/py-spy record --nonblocking -r 250 -f raw \
+        -o "$OUT/spy.txt" -- "$PYTHON" bench/throughput.py \
+        --pg "postgresql://postgres@127.0.0.1:$PG_PORT/test" --redis "redis://127.0.0.1:$REDIS_PORT/0" \
+        ${THROUGHPUT_ARGS:---parts 2 --slots 64 --proposals 10240 --proposal-processes 2} 2>&1 \
+        | tee "$OUT/profile.log"
+      "$PYTHON" bench/spy_summary.py "$OUT/spy.txt" | tee -a "$OUT/profile.log"
       ;;
     smoke)
       python3 -m codevolve.services.cli evaluate --problem gemm-tiling \
