@@ -21,8 +21,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-import asyncpg
-from sqlalchemy.engine import make_url
+from scratch import scratch_database
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from codevolve.core.config import RunConfig
@@ -113,7 +112,8 @@ Results = dict[ProgramId, tuple[Evaluation, CellKey | None]]
 Call = Callable[[], Awaitable[object]]
 
 
-def _single_forms(
+def _forms(
+    single: bool,
     sessions: async_sessionmaker[AsyncSession],
     autocommit: AsyncEngine,
     job_id: str,
@@ -121,82 +121,67 @@ def _single_forms(
     entries: list[repository.ProposalEntry],
     results: Results,
 ) -> tuple[Call, Call]:
-    """The controller's: the proposals in autocommit, the results in one UPDATE."""
+    """``single``: the controller's (the proposals in autocommit, the results in one UPDATE);
+    otherwise every backend's (the statements, in a transaction each)."""
 
     async def write() -> None:
-        async with autocommit.connect() as target:
-            await repository.write_proposals(target, job_id, children, entries)
+        if single:
+            async with autocommit.connect() as target:
+                await repository.write_proposals(target, job_id, children, entries)
+        else:
+            async with sessions.begin() as session:
+                await _write_with_statements(session, job_id, children, entries)
 
     async def apply() -> None:
         async with sessions.begin() as session:
-            await repository.apply_evaluations(session, list(results.values()))
-
-    return write, apply
-
-
-def _statement_forms(
-    sessions: async_sessionmaker[AsyncSession],
-    _autocommit: AsyncEngine,
-    job_id: str,
-    children: list[Program],
-    entries: list[repository.ProposalEntry],
-    results: Results,
-) -> tuple[Call, Call]:
-    """Every backend's: the statements in a transaction each."""
-
-    async def write() -> None:
-        async with sessions.begin() as session:
-            await _write_with_statements(session, job_id, children, entries)
-
-    async def apply() -> None:
-        async with sessions.begin() as session:
-            await _apply_with_statements(session, results)
+            if single:
+                await repository.apply_evaluations(session, list(results.values()))
+            else:
+                await _apply_with_statements(session, results)
 
     return write, apply
 
 
 async def main(pg: str, rows: int) -> None:
-    admin = make_url(pg).set(drivername="postgresql").render_as_string(hide_password=False)
-    database = f"cv_bench_{uuid.uuid4().hex[:8]}"
-    connection = await asyncpg.connect(admin)
-    await connection.execute(f'CREATE DATABASE "{database}"')
-    url = make_url(pg).set(drivername="postgresql+asyncpg", database=database)
-    engine = create_engine(url.render_as_string(hide_password=False))
+    async with scratch_database(pg) as scratch:
+        engine = create_engine(scratch.url)
+        try:
+            await _measure(engine, rows)
+        finally:
+            await engine.dispose()
+
+
+async def _measure(engine: AsyncEngine, rows: int) -> None:
     autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
-    try:
-        await upgrade(engine)
-        sessions = session_factory(engine)
-        async with sessions.begin() as session:
-            job = await repository.create_job(session, RunConfig(problem="bench"))
-        index = 0
-        print(f"postgres batch writes ({rows} rows per form and size)")
-        for size in SIZES:
-            one = {"proposals": _Clock(), "results": _Clock()}
-            many = {"proposals": _Clock(), "results": _Clock()}
-            for _ in range(max(1, rows // size)):
-                for clocks, single in ((one, True), (many, False)):
-                    batch = [_child(job.id, index + i) for i in range(size)]
-                    index += size
-                    children = [program for program, _entry in batch]
-                    entries = [entry for _program, entry in batch]
-                    results: Results = {
-                        program.id: (_result(program, i), (i % 50,))
-                        for i, program in enumerate(children)
-                    }
-                    write, apply = (_single_forms if single else _statement_forms)(
-                        sessions, autocommit, job.id, children, entries, results
-                    )
-                    await clocks["proposals"].timed(size, write)
-                    await clocks["results"].timed(size, apply)
-            for kind in ("proposals", "results"):
-                print(
-                    f"  {kind:>9}, batches of {size:>2}: one statement {one[kind].line()}; "
-                    f"statements {many[kind].line()}"
+    await upgrade(engine)
+    sessions = session_factory(engine)
+    async with sessions.begin() as session:
+        job = await repository.create_job(session, RunConfig(problem="bench"))
+    index = 0
+    print(f"postgres batch writes ({rows} rows per form and size)")
+    for size in SIZES:
+        one = {"proposals": _Clock(), "results": _Clock()}
+        many = {"proposals": _Clock(), "results": _Clock()}
+        for _ in range(max(1, rows // size)):
+            for clocks, single in ((one, True), (many, False)):
+                batch = [_child(job.id, index + i) for i in range(size)]
+                index += size
+                children = [program for program, _entry in batch]
+                entries = [entry for _program, entry in batch]
+                results: Results = {
+                    program.id: (_result(program, i), (i % 50,))
+                    for i, program in enumerate(children)
+                }
+                write, apply = _forms(
+                    single, sessions, autocommit, job.id, children, entries, results
                 )
-    finally:
-        await engine.dispose()
-        await connection.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        await connection.close()
+                await clocks["proposals"].timed(size, write)
+                await clocks["results"].timed(size, apply)
+        for kind in ("proposals", "results"):
+            print(
+                f"  {kind:>9}, batches of {size:>2}: one statement {one[kind].line()}; "
+                f"statements {many[kind].line()}"
+            )
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ from typing import Any
 
 import asyncpg
 import numpy as np
+from scratch import Scratch, scratch_database
 from sqlalchemy.engine import make_url
 
 from codevolve.core.config import RunConfig
@@ -322,13 +323,30 @@ async def distributed(
     slots: int,
     in_flight_per_slot: int = 2,
 ) -> tuple[int, float]:
+
+    async with scratch_database(pg) as scratch:
+        return await _distributed(
+            problem,
+            scratch,
+            redis_url=redis_url,
+            proposals=proposals,
+            slots=slots,
+            in_flight_per_slot=in_flight_per_slot,
+        )
+
+
+async def _distributed(
+    problem: BenchProblem,
+    scratch: Scratch,
+    *,
+    redis_url: str,
+    proposals: int,
+    slots: int,
+    in_flight_per_slot: int,
+) -> tuple[int, float]:
     from redis.asyncio import Redis
 
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
-    database = f"cv_bench_{uuid.uuid4().hex[:8]}"
-    admin = make_url(pg).set(drivername="postgresql").render_as_string(hide_password=False)
-    connection = await asyncpg.connect(admin)
-    await connection.execute(f'CREATE DATABASE "{database}"')
     context = multiprocessing.get_context("fork")
     workers = [
         context.Process(
@@ -348,16 +366,15 @@ async def distributed(
             await queue.start()
             return queue
 
-        url = make_url(pg).set(drivername="postgresql+asyncpg", database=database)
-        before = await _server_counts(connection, database, redis)
+        before = await _server_counts(scratch.admin, scratch.name, redis)
         done, wall = await _run_job(
-            url.render_as_string(hide_password=False),
+            scratch.url,
             problem,
             _config(proposals, in_flight_per_slot * slots),
             remote,
         )
         await asyncio.sleep(1.0)  # Postgres publishes a backend's statistics within a second
-        after = await _server_counts(connection, database, redis)
+        after = await _server_counts(scratch.admin, scratch.name, redis)
         spent = {name: (after[name] - before.get(name, 0)) / max(done, 1) for name in after}
         busiest = sorted((name for name in spent if spent[name] >= 0.01), key=lambda n: -spent[n])
         print("    (per program: " + ", ".join(f"{spent[n]:.2f} {n}" for n in busiest) + ")")
@@ -370,8 +387,6 @@ async def distributed(
         if keys:
             await redis.delete(*keys)
         await redis.aclose()
-        await connection.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        await connection.close()
 
 
 async def _server_counts(
@@ -393,18 +408,19 @@ async def _server_counts(
 
 
 async def sampling(pg: str, sizes: Sequence[int], *, draws: int) -> None:
-    admin = make_url(pg).set(drivername="postgresql").render_as_string(hide_password=False)
-    database = f"cv_bench_{uuid.uuid4().hex[:8]}"
-    connection = await asyncpg.connect(admin)
-    await connection.execute(f'CREATE DATABASE "{database}"')
-    url = make_url(pg).set(drivername="postgresql+asyncpg", database=database)
-    engine = create_engine(url.render_as_string(hide_password=False))
+    async with scratch_database(pg) as scratch:
+        await _sampling(scratch, sizes, draws=draws)
+
+
+async def _sampling(scratch: Scratch, sizes: Sequence[int], *, draws: int) -> None:
+    engine = create_engine(scratch.url)
     try:
         await upgrade(engine)
         sessions = session_factory(engine)
         async with sessions.begin() as session:
             job = await repository.create_job(session, _config(1, 1).model_copy())
-        bulk = await asyncpg.connect(make_url(admin).set(database=database).render_as_string())
+        plain = make_url(scratch.url).set(drivername="postgresql")  # asyncpg's own connection
+        bulk = await asyncpg.connect(plain.render_as_string(hide_password=False))
         try:
             loaded = 0
             for size in sizes:
@@ -427,8 +443,6 @@ async def sampling(pg: str, sizes: Sequence[int], *, draws: int) -> None:
             await bulk.close()
     finally:
         await engine.dispose()
-        await connection.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        await connection.close()
 
 
 CELLS = 100  # elites of the island (gemm-tiling has 64 cells): the working set of sampling
