@@ -89,6 +89,7 @@ SLOTS_PER_PROCESS = 16  # worker slots per worker process (each process is one e
 
 TRACE_FOLDER: Path | None = None  # --trace: where each run's step table goes
 TRACE_S = 0.1  # seconds per step of a trace
+TIMELINE_S = 0.5  # seconds per step of a run's timeline (the slowest, median, fastest step)
 _TRACE_RUNS = itertools.count(1)
 PROFILE_FOLDER: Path | None = None  # --profile: where each controller run's pstats file goes
 PROPOSAL_PROCESSES = 0  # the controller's proposal processes in the run going on
@@ -238,8 +239,7 @@ async def _timeline(session: Any, job_id: str) -> str:
         ]
     )
     times -= times[:, 0].min()
-    applied = np.sort(times[:, 3])
-    buckets = np.bincount((applied / TIMELINE_S).astype(int))[1:-1] / TIMELINE_S
+    buckets = np.bincount((times[:, 3] / TIMELINE_S).astype(int))[1:-1] / TIMELINE_S
     p50, p90, p99 = np.percentile((times[:, 3] - times[:, 0]) * 1000, [50, 90, 99])
     rates = (
         f"per {TIMELINE_S} s: {buckets.min():.0f} / {np.median(buckets):.0f} / "
@@ -274,9 +274,6 @@ def _write_trace(times: np.ndarray) -> None:
         lines.append(f"{start:6.2f} " + " ".join(f"{v:6.0f}" for v in made + held))
     path.write_text("\n".join(lines) + "\n")
     print(f"    (trace: {path})")
-
-
-TIMELINE_S = 0.5  # seconds per step of a run's timeline
 
 
 async def embedded(problem: BenchProblem, *, proposals: int, slots: int) -> tuple[int, float]:
@@ -323,7 +320,6 @@ async def distributed(
     slots: int,
     in_flight_per_slot: int = 2,
 ) -> tuple[int, float]:
-
     async with scratch_database(pg) as scratch:
         return await _distributed(
             problem,

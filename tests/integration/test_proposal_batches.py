@@ -126,20 +126,23 @@ async def test_a_child_with_results_is_refused(sessions: Sessions) -> None:
             await repository.write_proposals(session, job.id, [child], [_entry(0, child)])
 
 
-def _rows(rows: Any, job_id: str, *, ids: dict[str, str]) -> list[tuple[Any, ...]]:
-    """Rows without the columns that differ between two jobs by construction."""
-    skipped = {"job_id", "created_at"}
-    out = []
-    for row in rows:
-        values = {key: value for key, value in vars(row).items() if not key.startswith("_")}
-        out.append(
+def _rows(
+    rows: Any, *, ids: dict[str, str], skipped: frozenset[str] = frozenset()
+) -> list[tuple[tuple[str, Any], ...]]:
+    """Rows as (column, value) pairs, without the job and its creation time (they differ between
+    two jobs by construction) or ``skipped``; strings in ``ids`` stand for what they map to."""
+    left_out = {"job_id", "created_at"} | skipped
+    return sorted(
+        (
             tuple(
-                ids.get(value, value) if isinstance(value, str) else value
-                for key, value in sorted(values.items())
-                if key not in skipped
+                (key, ids.get(value, value) if isinstance(value, str) else value)
+                for key, value in sorted(vars(row).items())
+                if not key.startswith("_") and key not in left_out
             )
-        )
-    return sorted(out, key=repr)
+            for row in rows
+        ),
+        key=repr,
+    )
 
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
@@ -165,11 +168,7 @@ async def test_the_postgres_statement_writes_what_the_three_statements_write(
     async with sessions() as session:
         for table in (ProgramRow, ProposalRow):
             rows = {
-                job: _rows(
-                    await session.scalars(select(table).where(table.job_id == job)),
-                    job,
-                    ids=ids | {job: "job"},
-                )
+                job: _rows(await session.scalars(select(table).where(table.job_id == job)), ids=ids)
                 for job in (first_job, second_job)
             }
             assert rows[first_job] == rows[second_job]
@@ -219,21 +218,14 @@ async def test_the_postgres_result_update_writes_what_the_two_statements_write(
     ids |= {
         b.content_hash: a.content_hash for a, b in zip(first_programs, second_programs, strict=True)
     }
-    skipped = {"job_id", "created_at", "evaluated_at"}
     async with sessions() as session:
-        rows = {}
-        for job in (first_job, second_job):
-            stored = await session.scalars(select(ProgramRow).where(ProgramRow.job_id == job))
-            rows[job] = sorted(
-                (
-                    tuple(
-                        (key, ids.get(value, value) if isinstance(value, str) else value)
-                        for key, value in sorted(vars(row).items())
-                        if not key.startswith("_") and key not in skipped
-                    )
-                    for row in stored
-                ),
-                key=repr,
+        rows = {
+            job: _rows(
+                await session.scalars(select(ProgramRow).where(ProgramRow.job_id == job)),
+                ids=ids,
+                skipped=frozenset({"evaluated_at"}),
             )
+            for job in (first_job, second_job)
+        }
     assert first == {ids[program_id] for program_id in second} and len(first) == 4
     assert repr(rows[first_job]) == repr(rows[second_job])  # repr: NaN equals itself there

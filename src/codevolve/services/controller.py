@@ -30,7 +30,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -142,12 +142,13 @@ class Controller:
         )
         # Archive transactions (results, islands, the job's state) run one at a time, and so do
         # proposal writes. On Postgres the two kinds overlap; SQLite has one writer: one lock.
-        self._db_lock = asyncio.Lock()
-        self._write_lock = self._db_lock if _dialect(sessions) == "sqlite" else asyncio.Lock()
         bind = sessions.kw.get("bind")
+        dialect = str(bind.dialect.name) if bind is not None else "sqlite"
+        self._db_lock = asyncio.Lock()
+        self._write_lock = self._db_lock if dialect == "sqlite" else asyncio.Lock()
         self._autocommit: AsyncEngine | None = (  # proposal batches: one statement each
             bind.execution_options(isolation_level="AUTOCOMMIT")
-            if isinstance(bind, AsyncEngine) and bind.dialect.name == "postgresql"
+            if isinstance(bind, AsyncEngine) and dialect == "postgresql"
             else None
         )
         self._slots = asyncio.Semaphore(self._config.max_in_flight)
@@ -754,7 +755,12 @@ class Controller:
         is one statement, atomic by itself), elsewhere a transaction."""
         if self._autocommit is None:
             return self._transaction(proposals=True)
-        return _Autocommit(self._autocommit, self._write_lock)
+        return self._autocommit_connection(self._autocommit)
+
+    @contextlib.asynccontextmanager
+    async def _autocommit_connection(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+        async with self._write_lock, engine.connect() as connection:
+            yield connection
 
     def _transaction(self, *, proposals: bool = False) -> _Transaction:
         """An archive transaction, or with ``proposals`` one that writes proposals and children
@@ -786,37 +792,6 @@ class _Transaction:
         finally:
             await self._session.close()
             self._lock.release()
-
-
-class _Autocommit:
-    """``async with``: one connection in autocommit, for a write that is one statement; one at a
-    time, as the lock says."""
-
-    def __init__(self, engine: AsyncEngine, lock: asyncio.Lock) -> None:
-        self._engine = engine
-        self._lock = lock
-        self._connection: AsyncConnection | None = None
-
-    async def __aenter__(self) -> AsyncConnection:
-        await self._lock.acquire()
-        try:
-            self._connection = await self._engine.connect()
-        except BaseException:
-            self._lock.release()
-            raise
-        return self._connection
-
-    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
-        assert self._connection is not None
-        try:
-            await self._connection.close()
-        finally:
-            self._lock.release()
-
-
-def _dialect(sessions: async_sessionmaker[AsyncSession]) -> str:
-    bind = sessions.kw.get("bind")
-    return str(bind.dialect.name) if bind is not None else "sqlite"
 
 
 def _view(program: Program) -> ProgramView:
