@@ -160,6 +160,7 @@ class Controller:
         self._programs: OrderedDict[ProgramId, Program] = OrderedDict()  # elites, for prompts
         self._writes: list[_Write] = []  # settled proposals waiting for the writer
         self._writing = False  # a proposal is writing batches now; others join its next one
+        self._result_read: asyncio.Future[list[Evaluation]] | None = None  # the one waiting
         self._archive_changed = asyncio.Event()
         self._stop_proposing = asyncio.Event()
         self._final_state = JobState.DONE
@@ -183,6 +184,7 @@ class Controller:
                 tg.create_task(self._watch_control(started))
                 await self._produce(tg, proposals_done=proposals_done, next_index=next_index)
                 self._stop_proposing.set()
+                self._end_result_wait()
         finally:
             async with self._transaction() as session:
                 await repository.add_job_wall(session, self._job.id, time.monotonic() - started)
@@ -595,7 +597,7 @@ class Controller:
     async def _consume_results(self) -> None:
         """Apply results until every proposal is resolved and nothing is in flight."""
         while not (self._stop_proposing.is_set() and not self._in_flight):
-            evaluations = await self._queue.next_results(RESULT_POLL_S, RESULT_BATCH)
+            evaluations = await self._next_results()
             if not evaluations and self._stop_proposing.is_set() and not self._in_flight:
                 # A proposal broken between inserting its child and enqueueing it (a database
                 # restart) leaves the child pending with no task: send it before ending.
@@ -604,6 +606,28 @@ class Controller:
                 continue
             await self._apply(evaluations)
             self._on_progress(self.progress)
+
+    async def _next_results(self) -> list[Evaluation]:
+        """The next batch of results, or [] when the run ended while the read waited for one."""
+        self._result_read = asyncio.ensure_future(
+            self._queue.next_results(RESULT_POLL_S, RESULT_BATCH)
+        )
+        try:
+            return await self._result_read
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the run itself is cancelled
+            return []  # _end_result_wait
+        finally:
+            self._result_read = None
+
+    def _end_result_wait(self) -> None:
+        """Stop a read that waits for results when none can come (the run is over and nothing
+        is in flight), rather than let it wait out its poll. A result it had read anyway is
+        for no program in flight, so applying it would change nothing."""
+        if self._stop_proposing.is_set() and not self._in_flight and self._result_read:
+            self._result_read.cancel()
 
     async def _apply(self, evaluations: Sequence[Evaluation]) -> None:
         finals = []
