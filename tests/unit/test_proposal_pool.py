@@ -4,7 +4,9 @@ to the processes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -16,12 +18,14 @@ import numpy as np
 import pytest
 
 from codevolve.core.config import RunConfig
-from codevolve.core.prompt import ProgramView, Prompt, Proposal
+from codevolve.core.diff import Applied, ApplyFailure, ApplyFailureKind
+from codevolve.core.program import CaseResult
+from codevolve.core.prompt import BestCase, ProgramView, Prompt, Proposal
 from codevolve.evaluator_workers.local_queue import LocalQueue
 from codevolve.program_db import repository
 from codevolve.program_db.engine import create_engine, session_factory
 from codevolve.prompt_sampler.builder import build_prompt
-from codevolve.services.proposal_pool import ProposalPool, Settled, settle
+from codevolve.services.proposal_pool import ProposalPool, Settled, _dumps, settle
 from codevolve.services.runtime import cached_problem, make_proposer
 from tests.unit.controller_support import run_job
 
@@ -177,3 +181,46 @@ async def test_a_job_makes_the_same_programs_with_proposal_processes(tmp_path: P
         )
     assert runs[0] == runs[1]
     assert runs[0][1].evaluated > 10
+
+
+def test_messages_pickle_to_equal_values_with_the_fast_reducers() -> None:
+    case = CaseResult(key="64x64x64", cost=12.5, detail="tile 32")
+    view = ProgramView(
+        id="p1",
+        source="x = 1\n",
+        score=float("inf"),
+        metrics={"speedup": 1.5},
+        cases=(case,),
+        feedback="ok",
+        error="boom",
+        stderr="tail",
+    )
+    prompt = Prompt(
+        job_id="j",
+        problem="gemm-tiling",
+        proposal_index=3,
+        island=1,
+        parent=view,
+        inspirations=(view, dataclasses.replace(view, id="p2", score=None)),
+        best_cases={"64x64x64": BestCase(key="64x64x64", cost=1.0, detail="", program_id="p1")},
+        context="c",
+        text="t",
+        variant="task0-a",
+    )
+    proposal = Proposal(text="answer", proposer="simulated:x", tokens_in=3, cost_usd=0.5)
+    messages = [
+        (1, (prompt, np.random.default_rng(4).bit_generator.state)),
+        Settled(
+            proposal=proposal, outcome=Applied("y = 2\n", "diff", False), content_hash="h", seed=9
+        ),
+        Settled(
+            proposal=proposal,
+            outcome=ApplyFailure(ApplyFailureKind.NO_MATCH, "no match", hunk_index=0),
+            content_hash="",
+            seed=0,
+        ),
+    ]
+    for message in messages:
+        fast = _dumps(message)
+        assert pickle.loads(fast) == message
+        assert fast != pickle.dumps(message, pickle.HIGHEST_PROTOCOL)  # the reducers were used

@@ -151,6 +151,7 @@ class Controller:
             if isinstance(bind, AsyncEngine) and dialect == "postgresql"
             else None
         )
+        self._held: AsyncConnection | None = None  # the autocommit connection, while a run holds it
         self._slots = asyncio.Semaphore(self._config.max_in_flight)
         self._in_flight: dict[ProgramId, _InFlight] = {}
         # The best cost seen per case, mirrored from the database: read per proposal, written
@@ -158,6 +159,7 @@ class Controller:
         self._best_cases: dict[str, BestCase] = {}
         self._mirror: ArchiveMirror | None = None  # None: (re)load from the database
         self._programs: OrderedDict[ProgramId, Program] = OrderedDict()  # elites, for prompts
+        self._views: dict[ProgramId, tuple[Program, ProgramView]] = {}  # of cached programs
         self._writes: list[_Write] = []  # settled proposals waiting for the writer
         self._writing = False  # a proposal is writing batches now; others join its next one
         self._result_read: asyncio.Future[list[Evaluation]] | None = None  # the one waiting
@@ -186,6 +188,8 @@ class Controller:
                 self._stop_proposing.set()
                 self._end_result_wait()
         finally:
+            async with self._write_lock:
+                await self._release_held()
             async with self._transaction() as session:
                 await repository.add_job_wall(session, self._job.id, time.monotonic() - started)
         async with self._transaction() as session:
@@ -321,8 +325,8 @@ class Controller:
             context=self._problem.description,
             proposal_index=index,
             island=island,
-            parent=_view(sample.parent),
-            inspirations=[_view(p) for p in sample.inspirations],
+            parent=self._view(sample.parent),
+            inspirations=[self._view(p) for p in sample.inspirations],
             best_cases=best_cases,
             rng=rng,
             styles=self._ledger.styles,
@@ -394,7 +398,18 @@ class Controller:
             self._programs[program.id] = program
             self._programs.move_to_end(program.id)
         while len(self._programs) > CACHED_PROGRAMS:
-            self._programs.popitem(last=False)
+            evicted, _program = self._programs.popitem(last=False)
+            self._views.pop(evicted, None)
+
+    def _view(self, program: Program) -> ProgramView:
+        """The prompt's view of a cached program, made once per program as cached (parents and
+        inspirations recur in proposal after proposal)."""
+        made = self._views.get(program.id)
+        if made is not None and made[0] is program:
+            return made[1]
+        view = _make_view(program)
+        self._views[program.id] = (program, view)
+        return view
 
     async def _accept(
         self,
@@ -783,8 +798,25 @@ class Controller:
 
     @contextlib.asynccontextmanager
     async def _autocommit_connection(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-        async with self._write_lock, engine.connect() as connection:
-            yield connection
+        """The run's one autocommit connection, checked out once rather than per batch (a
+        checkout and its return cost as much CPU as the statement). A write that raises drops
+        it: the next one connects afresh, so a database restart costs one failed batch."""
+        async with self._write_lock:
+            if self._held is None:
+                self._held = await engine.connect()
+            try:
+                yield self._held
+            except BaseException:
+                await self._release_held()
+                raise
+
+    async def _release_held(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            try:
+                await held.close()
+            except Exception:  # noqa: BLE001  (a broken connection: the pool discards it)
+                log.debug("job %s: the proposal connection closed uncleanly", self._job.id)
 
     def _transaction(self, *, proposals: bool = False) -> _Transaction:
         """An archive transaction, or with ``proposals`` one that writes proposals and children
@@ -818,7 +850,7 @@ class _Transaction:
             self._lock.release()
 
 
-def _view(program: Program) -> ProgramView:
+def _make_view(program: Program) -> ProgramView:
     return ProgramView(
         id=program.id,
         source=program.source,

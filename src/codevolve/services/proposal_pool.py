@@ -18,7 +18,10 @@ result; a pool whose children are all gone runs every call there.
 from __future__ import annotations
 
 import asyncio
+import copyreg
+import dataclasses
 import hashlib
+import io
 import itertools
 import logging
 import os
@@ -34,8 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from codevolve.core.diff import ApplyFailure, ApplyOutcome
-from codevolve.core.prompt import Prompt, Proposal
+from codevolve.core.diff import Applied, ApplyFailure, ApplyOutcome
+from codevolve.core.program import CaseResult
+from codevolve.core.prompt import BestCase, ProgramView, Prompt, Proposal
 from codevolve.prompt_sampler.diff import apply_answer
 from codevolve.proposers.base import Proposer
 
@@ -92,6 +96,33 @@ def _applied(
     return Settled(
         proposal=proposal, outcome=outcome, content_hash=content_hash(outcome.source), seed=seed
     )
+
+
+def _fields_reducer(cls: type) -> Any:
+    """Pickle a frozen dataclass as its constructor call: pickle's default for slotted
+    dataclasses calls ``dataclasses.fields`` for every object, each way."""
+    names = tuple(field.name for field in dataclasses.fields(cls))
+    if any(not field.init or field.kw_only for field in dataclasses.fields(cls)):
+        raise TypeError(f"{cls.__name__} cannot be rebuilt from its fields in order")
+
+    def reduce(obj: object) -> tuple[type, tuple[Any, ...]]:
+        return cls, tuple([getattr(obj, name) for name in names])
+
+    return reduce
+
+
+# What crosses a proposal process's socket, each way.
+_DISPATCH = copyreg.dispatch_table.copy()
+for _cls in (Prompt, ProgramView, BestCase, CaseResult, Proposal, Settled, Applied, ApplyFailure):
+    _DISPATCH[_cls] = _fields_reducer(_cls)
+
+
+def _dumps(message: object) -> bytes:
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, _PICKLE)
+    pickler.dispatch_table = _DISPATCH
+    pickler.dump(message)
+    return buffer.getvalue()
 
 
 def _run_to_end(coroutine: Coroutine[Any, Any, Proposal]) -> Proposal:
@@ -214,7 +245,7 @@ class _Link(asyncio.Protocol):
             future.set_exception(_ChildGone())
             return future
         self.waiting[ident] = future
-        body = pickle.dumps((ident, request), _PICKLE)
+        body = _dumps((ident, request))
         if not self._outgoing:  # the first call of this turn of the loop sends them all after it
             asyncio.get_running_loop().call_soon(self._flush)
         self._outgoing += (_FRAME.pack(len(body)), body)
@@ -274,7 +305,7 @@ def _serve(sock: socket.socket, proposer: Proposer, max_code_length: int) -> Non
                 result = settle_now(proposer, prompt, rng, max_code_length=max_code_length)
             except Exception as error:  # noqa: BLE001  (sent back, raised in the controller)
                 result = f"{type(error).__name__}: {error}"
-            body = pickle.dumps((ident, (result, rng.bit_generator.state)), _PICKLE)
+            body = _dumps((ident, (result, rng.bit_generator.state)))
             sock.sendall(_FRAME.pack(len(body)) + body)
     except BaseException:  # noqa: BLE001  (a broken socket: the controller is gone)
         code = 1
