@@ -7,7 +7,9 @@ Prints, in one run:
    distributed (Postgres, Redis Streams, a worker process);
 2. scaling of a 50 ms sleep-bound evaluator at 1, 4, 16 and 64 worker slots, distributed:
    efficiency = programs/s / (slots / 0.05 s); the slots are spread over worker processes of at
-   most 16 each (64 slots: 4 processes), as a deployment runs several `codevolve worker`s;
+   most 16 each (64 slots: 4 processes), as a deployment runs several `codevolve worker`s; each
+   run proposes 8 s of the evaluator's work (64 slots: 10240 proposals), so its fixed start and
+   end weigh alike at every slot count;
 2b. the same evaluator with no controller: tasks queued in Redis beforehand, drained by the same
    worker processes (the fleet's own scaling);
 3. p50/p99 latency of sampling a parent and inspirations with 10^4, 10^5 and 10^6 programs of one
@@ -84,6 +86,8 @@ def f(x):
 # EVOLVE-BLOCK-END
 """
 SLEEP_S = 0.05  # seconds per evaluation of the sleep-bound evaluator
+SCALING_ROUNDS = 8  # figure 2: each run proposes this many seconds of the evaluator's work
+PROPOSALS = 3000  # figure 1: proposals per run
 SLOTS_PER_PROCESS = 16  # worker slots per worker process (each process is one event loop)
 
 
@@ -529,7 +533,12 @@ def main() -> None:
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--sizes", default="10000,100000,1000000")
-    parser.add_argument("--proposals", type=int, default=3000, help="per throughput run")
+    parser.add_argument(
+        "--proposals",
+        type=int,
+        help=f"per run of figure 1 (default {PROPOSALS}); caps figure 2's runs, which otherwise "
+        f"propose {SCALING_ROUNDS} s of the evaluator's work at every slot count",
+    )
     parser.add_argument("--quick", action="store_true", help="small runs, to check the bench")
     parser.add_argument("--parts", default="1,2,3", help="which figures to measure (1, 2, 3)")
     parser.add_argument("--workers-only", action="store_true", help="only figure 2b")
@@ -561,7 +570,7 @@ def main() -> None:
         worker_scaling(args)
         return
     if 1 in parts:
-        throughput(args, proposals)
+        throughput(args, proposals or PROPOSALS)
     if 2 in parts:
         scaling(args, proposals)
         worker_scaling(args)
@@ -588,10 +597,13 @@ def throughput(args: argparse.Namespace, proposals: int) -> None:
             )
 
 
-def scaling(args: argparse.Namespace, proposals: int) -> None:
+def scaling(args: argparse.Namespace, proposals: int | None) -> None:
+    """Every slot count proposes the same seconds of work, so a run's fixed start (the seed's
+    evaluation, filling the slots) and end (the last results) weigh alike at each."""
     print(f"2. scaling, {SLEEP_S * 1000:.0f} ms sleep-bound evaluator, postgres+redis")
     for slots in _counts(args.slots):
-        runs = max(40, min(proposals, int(slots / SLEEP_S * (2 if args.quick else 8))))
+        runs = int(slots / SLEEP_S * (2 if args.quick else SCALING_ROUNDS))
+        runs = max(40, min(proposals, runs) if proposals else runs)
         for processes, per_slot in itertools.product(
             _counts(args.proposal_processes), _counts(args.in_flight_per_slot)
         ):
