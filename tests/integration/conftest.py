@@ -4,8 +4,9 @@ SQLite: each test copies a migrated template file into its own ``tmp_path``. Pos
 template database is built once per session; each test module gets a database cloned from it
 (dropped at the end of the module) and each test starts from emptied tables. Migration tests get
 an empty database of their own, cloned from ``template0``. The server is
-``CODEVOLVE_TEST_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432/test``); when it cannot
-be reached the Postgres cases are skipped, except under CI, where they fail.
+``CODEVOLVE_TEST_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432/test``); its database is
+created when the server lacks it. When the server cannot be reached the Postgres cases are skipped,
+except under CI, where they fail.
 """
 
 from __future__ import annotations
@@ -84,13 +85,47 @@ def drop_database(name: str) -> None:
     run_sync(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
-@functools.cache
-def _postgres_error() -> str | None:
+MAINTENANCE_DATABASE = "postgres"  # exists on every server; used to create the test database
+
+
+async def _select_one(admin_url: str) -> None:
+    connection = await asyncpg.connect(admin_url, timeout=CONNECT_TIMEOUT_S)
+    await connection.close()
+
+
+async def _create_database_of(admin_url: str) -> None:
+    """Create the database ``admin_url`` names through the server's maintenance database: a
+    fresh server has only ``postgres`` and the templates."""
+    url = make_url(admin_url)
+    maintenance = url.set(database=MAINTENANCE_DATABASE).render_as_string(hide_password=False)
+    connection = await asyncpg.connect(maintenance, timeout=CONNECT_TIMEOUT_S)
     try:
-        run_sync(_admin("SELECT 1"))
+        await connection.execute(f'CREATE DATABASE "{url.database}"')
+    except asyncpg.DuplicateDatabaseError:
+        pass  # another test run created it first
+    finally:
+        await connection.close()
+
+
+def postgres_error(admin_url: str) -> str | None:
+    """Why the Postgres tests cannot run against ``admin_url``, or None. A missing database is
+    created, not skipped over."""
+    try:
+        run_sync(_select_one(admin_url))
+    except asyncpg.InvalidCatalogNameError:
+        try:
+            run_sync(_create_database_of(admin_url))
+            run_sync(_select_one(admin_url))
+        except (OSError, asyncpg.PostgresError, TimeoutError) as error:
+            return f"its database is missing and could not be created: {error}"
     except (OSError, asyncpg.PostgresError, TimeoutError) as error:
         return f"{type(error).__name__}: {error}"
     return None
+
+
+@functools.cache
+def _postgres_error() -> str | None:
+    return postgres_error(POSTGRES_ADMIN)
 
 
 @pytest.fixture(scope="session")
@@ -98,7 +133,7 @@ def postgres_available() -> None:
     error = _postgres_error()
     if error is None:
         return
-    message = f"Postgres at {POSTGRES_ADMIN} unreachable ({error})"
+    message = f"Postgres at {POSTGRES_ADMIN} cannot be used ({error})"
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
