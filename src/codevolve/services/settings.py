@@ -17,6 +17,11 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(None, description="Redis URL (distributed mode); unset: embedded")
     admin_token: str | None = Field(None, description="bearer token that may create user tokens")
     public_dashboard: bool = Field(False, description="dashboard readable without a token")
+    metrics_token: str | None = Field(None, description="bearer token that may read /metrics")
+    public_metrics: bool = Field(False, description="/metrics readable without a token")
+    trust_proxy_headers: bool = Field(
+        False, description="honour X-Forwarded-Proto (a proxy that sets it terminates TLS)"
+    )
 
     @model_validator(mode="after")
     def _database_alias(self) -> Settings:
