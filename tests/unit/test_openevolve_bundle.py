@@ -46,7 +46,10 @@ def test_the_examples_load_as_bundles_with_a_cascade(name: str) -> None:
 
 
 def test_the_id_follows_the_content_and_ignores_caches_and_links(tmp_path: Path) -> None:
-    folder = write(tmp_path / "p", minimal(**{"data/points.csv": b"1,2\n"}))
+    reads = EVALUATOR + b"POINTS = 'data/points.csv'\n"
+    folder = write(
+        tmp_path / "p", {**minimal(**{"data/points.csv": b"1,2\n"}), "evaluator.py": reads}
+    )
     first = load_folder(folder)
     write(folder, {"__pycache__/evaluator.cpython-311.pyc": b"\x00", "x.pyc": b"\x00"})
     (folder / "link.py").symlink_to(tmp_path / "elsewhere.py")

@@ -38,6 +38,10 @@ FILENAME = "candidate.py"  # as it appears in candidates' tracebacks
 HEADER_BYTES = 4
 TRACEBACK_CHARS = 4000  # the tail of a candidate's traceback kept in the reply
 OPEN_FILES = 64  # RLIMIT_NOFILE of a child
+# RLIMIT_FSIZE of a child, bytes, unless the output cap is larger: a call may write files up to
+# this size (a problem bundle's files, which the evaluator harness writes inside the sandbox, are
+# at most problems/openevolve/bundle.py MAX_FILE_BYTES), no larger ones.
+FILE_BYTES = 8 << 20
 PROCESSES = 64  # RLIMIT_NPROC of a child's uid (not binding for root)
 RESULT_FD = 3  # the result pipe's fd in the child
 REQUEST_FD = 4  # the request pipe's fd in the child, closed once read
@@ -152,8 +156,8 @@ def _set_limits(limits: dict[str, Any]) -> None:
     _set_limit(resource.RLIMIT_CPU, cpu_s, cpu_s + 1)  # SIGXCPU first, SIGKILL a second later
     memory = int(limits["memory_mb"]) << 20
     _set_limit(resource.RLIMIT_AS, memory, memory)
-    output = int(limits["output_bytes"])
-    _set_limit(resource.RLIMIT_FSIZE, output, output)
+    written = max(int(limits["output_bytes"]), FILE_BYTES)
+    _set_limit(resource.RLIMIT_FSIZE, written, written)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails, it does not kill
     _set_limit(resource.RLIMIT_NOFILE, OPEN_FILES, OPEN_FILES)
     _set_limit(resource.RLIMIT_CORE, 0, 0)

@@ -2,7 +2,8 @@
 
 A bundle is ``initial_program.<ext>``, ``evaluator.py`` and ``config.yaml`` (optional) plus any
 helper modules and data files the evaluator reads. Its id is the sha256 of its paths and bytes, so
-the same folder always names the same problem (``bundle:<id>``) and is stored once.
+the same selected files always name the same problem (``bundle:<id>``) and are stored once.
+Which files of a user's folder are selected is decided in ``selection.py``.
 
 Loading validates what a worker will rely on (required files present, paths relative and
 inside the bundle, sizes bounded, text files UTF-8, ``evaluator.py`` defines ``evaluate`` or
@@ -28,10 +29,10 @@ EVALUATOR = "evaluator.py"
 CONFIG = "config.yaml"
 INITIAL_STEM = "initial_program"
 MAX_FILES = 256
-MAX_FILE_BYTES = 8 << 20  # bytes, one file
+# bytes, one file; the sandbox lets a call write files this large (evaluator_workers/_cage.py
+# FILE_BYTES), since the evaluator harness writes the bundle's files there.
+MAX_FILE_BYTES = 8 << 20
 MAX_BUNDLE_BYTES = 16 << 20  # bytes, all files together
-SKIPPED_DIRS = frozenset({"__pycache__", ".git", ".ipynb_checkpoints", "openevolve_output"})
-SKIPPED_SUFFIXES = frozenset({".pyc", ".pyo"})
 MAX_STAGES = 3  # evaluate_stage1 .. evaluate_stage3, as OpenEvolve calls them
 NAME_PREFIX = "bundle:"
 
@@ -136,32 +137,14 @@ def bundle_from_encoded(files: Mapping[str, str]) -> Bundle:
     return make_bundle(decoded)
 
 
-def load_folder(path: Path, *, config: Path | None = None) -> Bundle:
-    """The bundle of a problem folder; ``config`` replaces its ``config.yaml``.
-
-    Caches (``__pycache__``, ``.git``, OpenEvolve's output folder) and symbolic links are left out:
-    a link could pull files from outside the folder into what workers receive.
-    """
-    if not path.is_dir():
-        raise BundleError(f"{path}: not a directory")
-    files: dict[str, bytes] = {}
-    for file in sorted(path.rglob("*")):
-        relative = file.relative_to(path)
-        if any(part in SKIPPED_DIRS for part in relative.parts) or file.suffix in SKIPPED_SUFFIXES:
-            continue
-        if file.is_symlink() or not file.is_file():
-            continue
-        if len(files) >= MAX_FILES:
-            raise BundleError(f"{path}: more than {MAX_FILES} files")
-        size = file.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise BundleError(f"{relative.as_posix()}: {size} bytes, more than {MAX_FILE_BYTES}")
-        files[relative.as_posix()] = file.read_bytes()
-    if config is not None:
-        try:
-            files[CONFIG] = config.read_bytes()
-        except OSError as exc:
-            raise BundleError(f"{config}: cannot read the config file ({exc})") from exc
+def read_folder(path: Path) -> Bundle:
+    """The bundle written to ``path`` from stored files (a worker's copy): every regular file,
+    as it is. A problem folder of a user goes through ``selection.select_folder`` instead."""
+    files = {
+        file.relative_to(path).as_posix(): file.read_bytes()
+        for file in sorted(path.rglob("*"))
+        if file.is_file() and not file.is_symlink()
+    }
     return make_bundle(files)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from codevolve.problems.openevolve.bundle import Bundle, load_folder
+from codevolve.problems.openevolve.bundle import Bundle, read_folder
 from codevolve.problems.openevolve.problem import OpenEvolveProblem
 
 _problems: dict[str, OpenEvolveProblem] = {}
@@ -33,5 +33,6 @@ def loaded_problem(name: str) -> OpenEvolveProblem | None:
 
 
 def load_problem(directory: Path) -> OpenEvolveProblem:
-    """The problem of a bundle folder on disk (what a worker writes from stored files)."""
-    return problem_of(load_folder(directory))
+    """The problem of a bundle folder on disk (what a worker writes from stored files): every
+    file is taken as written, so the bundle keeps the id it was stored under."""
+    return problem_of(read_folder(directory))
