@@ -2,9 +2,10 @@
 
 ``codevolve run --problem-dir PATH [--config FILE]`` loads the folder, maps its ``config.yaml``
 onto the job's :class:`~codevolve.core.config.RunConfig` (the command's options win) and names the
-problem ``bundle:<sha256>``; the files are stored in the ``bundles`` table with the job, so that
-``--resume`` and other processes find them. The evaluator is never imported here: only the
-sandbox runs it.
+problem ``bundle:<sha256>``. Only the files the evaluator needs are bundled, and a warning names
+those left out (``codevolve.problems.openevolve.selection``). The files are stored in the
+``bundles`` table with the job, so that ``--resume`` and other processes find them. The evaluator
+is never imported here: only the sandbox runs it.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from codevolve.problems.openevolve import (
     Bundle,
     BundleError,
     OpenEvolveProblem,
-    load_folder,
     loaded_problem,
     make_bundle,
     problem_of,
+    select_folder,
 )
 from codevolve.problems.openevolve.bundle import CONFIG, NAME_PREFIX
 from codevolve.problems.openevolve.config import SOURCES
@@ -104,10 +105,12 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
 
 def run_config_from_args(args: argparse.Namespace) -> tuple[RunConfig, tuple[str, ...]]:
     """The job config of ``run --problem-dir``: only options given on the command line override
-    the folder's ``config.yaml``."""
+    the folder's ``config.yaml``. The warnings end with one naming the files left out of the
+    bundle, if any were."""
     if args.problem:
         raise ConfigError("run: give a problem name or --problem-dir, not both")
-    bundle = load_folder(args.problem_dir, config=args.config)
+    selection = select_folder(args.problem_dir, config=args.config)
+    bundle = selection.bundle
     overrides: dict[str, Any] = {}
     for option, field in (
         ("proposals", "max_proposals"),
@@ -122,7 +125,9 @@ def run_config_from_args(args: argparse.Namespace) -> tuple[RunConfig, tuple[str
     proposer = _proposer_overrides(args, problem_of(bundle).config.run_fields)
     if proposer is not None:
         overrides["proposer"] = proposer
-    return run_config_for(bundle, overrides)
+    config, warnings = run_config_for(bundle, overrides)
+    left_out = selection.warning()
+    return config, warnings if left_out is None else (*warnings, left_out)
 
 
 def _proposer_overrides(

@@ -80,7 +80,9 @@ class _Finder(ast.NodeVisitor):
 
     def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
         self._prefix(_leading_text(node))
-        self.generic_visit(node)
+        for value in node.values:  # its literal pieces are fragments, not paths
+            if isinstance(value, ast.FormattedValue):
+                self.visit(value.value)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
         if isinstance(node.op, ast.Div):

@@ -179,7 +179,7 @@ class _Tracer:
     """Follows references from the required files; ``chosen`` maps each bundled file to why."""
 
     def __init__(self, folder: Path, sizes: Mapping[str, int], rules: tuple[Rule, ...]) -> None:
-        self._folder = folder
+        self._root = folder
         self._sizes = sizes
         self._rules = rules
         self._folders = {str(p) for name in sizes for p in PurePosixPath(name).parents} - {"."}
@@ -207,7 +207,7 @@ class _Tracer:
         if self._sizes[source] > MAX_FILE_BYTES:
             return  # too big to bundle anyway: the caps name it
         try:
-            text = (self._folder / source).read_text(encoding="utf-8")
+            text = (self._root / source).read_text(encoding="utf-8")
             tree = parse_python(text, filename=source)
         except (SyntaxError, ValueError):
             return  # make_bundle names a broken evaluator; other files are not followed
@@ -217,38 +217,40 @@ class _Tracer:
             for name in _module_files(module):
                 if name in self._sizes:
                     self._add(name, f"{source} imports it")
-        for literal in sorted(found.paths):
-            self._literal(literal, source, folder_only=False)
-        for literal in sorted(found.folders):
-            self._literal(literal, source, folder_only=True)
+        for literal in sorted(found.paths):  # files first: their reason is the precise one
+            for name in _candidates(literal, source):
+                self._file(name, source)
+        for literal in sorted(found.paths | found.folders):
+            for name in _candidates(literal, source):
+                self._folder(name, source)
 
-    def _literal(self, literal: str, source: str, *, folder_only: bool) -> None:
-        for base in {"", posixpath.dirname(source)}:
-            name = _inside(posixpath.join(base, literal))
-            if name is None:
-                continue
-            if has_magic(name) and not folder_only:
-                pattern = re.compile(glob_regex(name, anchored=True))
-                for match in (n for n in self._sizes if pattern.fullmatch(n)):
-                    self._add(match, f"{source} refers to {literal!r}")
-            elif name in self._sizes and not folder_only:
-                self._add(name, f"{source} refers to it")
-            elif name in self._folders:
-                for inner in (n for n in self._sizes if n.startswith(f"{name}/")):
-                    if _default_reason(inner) is None:
-                        self._add(inner, f"{source} refers to folder {name}")
+    def _file(self, name: str, source: str) -> None:
+        if has_magic(name):
+            pattern = re.compile(glob_regex(name, anchored=True))
+            for match in (n for n in self._sizes if pattern.fullmatch(n)):
+                self._add(match, f"{source} refers to {name!r}")
+        elif name in self._sizes:
+            self._add(name, f"{source} refers to it")
+
+    def _folder(self, name: str, source: str) -> None:
+        if name in self._folders:
+            for inner in (n for n in self._sizes if n.startswith(f"{name}/")):
+                if _default_reason(inner) is None:
+                    self._add(inner, f"{source} refers to folder {name}")
 
 
 def _is_initial(name: str) -> bool:
     return PurePosixPath(name).stem == INITIAL_STEM
 
 
-def _inside(path: str) -> str | None:
-    """``path`` normalised, or None when it is absolute, empty or leaves the folder."""
-    if path.startswith("/") or "\\" in path:
-        return None
-    name = posixpath.normpath(path)
-    return None if name in (".", "..") or name.startswith("../") else name
+def _candidates(literal: str, source: str) -> set[str]:
+    """What a literal of ``source`` may name: relative to the folder (the evaluator's working
+    directory) or to ``source``'s own folder; never outside the folder."""
+    if literal.startswith("/") or "\\" in literal:
+        return set()
+    bases = ("", posixpath.dirname(source))
+    names = {posixpath.normpath(posixpath.join(base, literal)) for base in bases}
+    return {name for name in names if name not in (".", "..") and not name.startswith("../")}
 
 
 def _module_files(module: str) -> list[str]:
