@@ -3,17 +3,27 @@ test), an httpx client speaking ASGI to it, tokens, and a small job seeded by th
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx
 import pytest
+import uvicorn
+from fastapi import FastAPI
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from codevolve.core.config import RunConfig
 from codevolve.core.program import Program, ProgramStatus
 from codevolve.core.prompt import ProposalStatus
+from codevolve.evaluator_workers.redis_keys import RedisKeys
 from codevolve.program_db import repository
 from codevolve.program_db.engine import create_engine, session_factory
 from codevolve.services.api.app import create_app
@@ -29,6 +39,8 @@ from tests.integration.conftest import (  # noqa: F401  (fixtures used by name)
 )
 
 ADMIN_TOKEN = "admin-secret-for-tests"
+REDIS_URL = "redis://127.0.0.1:6379/0"
+STARTUP_S = 30.0  # seconds
 
 
 @dataclass
@@ -63,6 +75,53 @@ async def api(migrated_postgres_url: str) -> AsyncIterator[Api]:  # noqa: F811
             yield Api(client=client, sessions=sessions)
     finally:
         await engine.dispose()
+
+
+@pytest.fixture
+async def redis() -> AsyncIterator[tuple[Redis, RedisKeys]]:
+    """Real Redis, with a key prefix of the test's own (removed after it)."""
+    client = Redis.from_url(REDIS_URL, decode_responses=True)
+    keys = RedisKeys(f"test-fleet-{uuid.uuid4().hex[:10]}")
+    try:
+        await client.ping()
+    except RedisConnectionError as error:
+        await client.aclose()
+        if os.environ.get("CI"):  # under CI a missing service fails the suite, never skips
+            pytest.fail(f"Redis at {REDIS_URL} unreachable: {error}")
+        pytest.skip(f"Redis unreachable: {error}")
+    try:
+        yield client, keys
+    finally:
+        stale = [key async for key in client.scan_iter(f"{keys.prefix}:*")]
+        if stale:
+            await client.delete(*stale)
+        await client.aclose()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def served(app: FastAPI) -> Iterator[tuple[str, int]]:
+    """``app`` served by uvicorn in a thread of this process (its lifespan runs there); yields
+    the host and port."""
+    config = uvicorn.Config(app, port=_free_port(), log_level="warning")
+    instance = uvicorn.Server(config)
+    thread = threading.Thread(target=instance.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + STARTUP_S
+    while not instance.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield "127.0.0.1", config.port
+    finally:
+        instance.should_exit = True
+        thread.join(timeout=10)
 
 
 def _program(job_id: str, *, parent: Program | None, index: int, island: int = 0) -> Program:

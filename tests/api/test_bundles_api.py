@@ -8,9 +8,9 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from codevolve.problems.openevolve.bundle import MAX_BUNDLE_BYTES
 from codevolve.program_db import repository
 from codevolve.program_db.models import BundleRow, JobRow
-from codevolve.services.api.bundle_check import MAX_BUNDLE_BYTES
 from tests.api.conftest import Api
 
 INITIAL = b"# EVOLVE-BLOCK-START\ndef solve(x):\n    return x\n# EVOLVE-BLOCK-END\n"

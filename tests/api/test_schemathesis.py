@@ -7,49 +7,27 @@ the boundary-value "coverage" phase adds about 700 more and a minute: run it by 
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from codevolve.services.api.app import create_app
 from codevolve.services.settings import Settings
+from tests.api.conftest import served
 
-STARTUP_S = 30.0  # seconds
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 ADMIN = "schemathesis-admin-token"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture
 def server(migrated_postgres_url: str) -> Iterator[str]:
     """The app served by uvicorn in a thread of this process; yields its base URL."""
     settings = Settings(db=migrated_postgres_url, admin_token=ADMIN, public_dashboard=False)
-    config = uvicorn.Config(create_app(settings), port=_free_port(), log_level="warning")
-    instance = uvicorn.Server(config)
-    thread = threading.Thread(target=instance.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + STARTUP_S
-    while not instance.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{config.port}"
-    finally:
-        instance.should_exit = True
-        thread.join(timeout=10)
+    with served(create_app(settings)) as (host, port):
+        yield f"http://{host}:{port}"
 
 
 @pytest.mark.slow

@@ -5,28 +5,37 @@ factory the caller created, e.g. ``codevolve serve`` sharing its engine with the
 uses them; otherwise its lifespan creates the engine from ``settings.db``, migrates the database to
 head, and disposes of the engine at shutdown. ``fleet`` reads worker heartbeats (distributed mode);
 without it the fleet is the embedded one and lists no workers.
+
+Errors answer ``{"detail": ...}`` (errors.py); bodies are capped per route (limits.py).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from starlette.exceptions import HTTPException
 
 import codevolve
 from codevolve.program_db.engine import create_engine, session_factory, upgrade
 from codevolve.program_db.errors import UnknownJobError, UnknownProgramError
 from codevolve.services.api.deps import AppState, FleetReader
+from codevolve.services.api.errors import ErrorBoundary, clean, http_error, validation_failed
+from codevolve.services.api.limits import (
+    BUNDLE_PATH,
+    MAX_BUNDLE_BODY_BYTES,
+    MAX_JSON_BODY_BYTES,
+    BodyLimit,
+)
 from codevolve.services.api.routes import dashboard, jobs, programs, system, tokens
 from codevolve.services.settings import Settings, normalise_db_url
 
-log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
 
 
@@ -62,9 +71,13 @@ def create_app(
     for router in (jobs.router, programs.router, tokens.router, system.router, dashboard.router):
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_exception_handler(RequestValidationError, validation_failed)
+    app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(UnknownJobError, _not_found)
     app.add_exception_handler(UnknownProgramError, _not_found)
-    app.add_exception_handler(Exception, _server_error)
+    limits = {BUNDLE_PATH: MAX_BUNDLE_BODY_BYTES}
+    app.add_middleware(BodyLimit, default=MAX_JSON_BODY_BYTES, limits=limits)
+    app.add_middleware(ErrorBoundary)  # added last: the outermost of the two
     return app
 
 
@@ -75,12 +88,4 @@ def app_from_env() -> FastAPI:
 
 
 async def _not_found(_request: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_404_NOT_FOUND)
-
-
-async def _server_error(request: Request, exc: Exception) -> JSONResponse:
-    """The API's boundary: log the failure with the request, answer a plain 500."""
-    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-    return JSONResponse(
-        {"detail": "internal server error"}, status_code=status.HTTP_500_INTERNAL_SERVER_ERROR
-    )
+    return JSONResponse({"detail": clean(str(exc))}, status_code=status.HTTP_404_NOT_FOUND)

@@ -18,14 +18,15 @@ from dataclasses import dataclass
 import yaml
 
 from codevolve.core.errors import ConfigError
-from codevolve.problems.openevolve.bundle import Bundle, BundleError, make_bundle
+from codevolve.problems.openevolve.bundle import (
+    MAX_BUNDLE_BYTES,  # decoded, all files together: the loader's limit, answered here as a 413
+    Bundle,
+    BundleError,
+    make_bundle,
+)
 
-MAX_BUNDLE_BYTES = 5 * 1024 * 1024  # decoded, all files together (the loader allows more)
 MAX_FILES = 64
 MAX_PATH_LENGTH = 200  # characters
-# Base64 grows data by 4/3; JSON quoting and keys add a little. A body above this cannot decode
-# to a bundle within the limit, so it is refused before it is parsed.
-MAX_BODY_BYTES = MAX_BUNDLE_BYTES * 4 // 3 + 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +109,15 @@ def _check_file(path: str, data: bytes) -> BundleProblem | None:
                 compile(text, path, "exec", dont_inherit=True)  # parses; runs nothing
             except (SyntaxError, ValueError) as error:
                 return BundleProblem(path, f"does not parse: {error}")
+            except (RecursionError, MemoryError):  # e.g. a million nested unary minus signs
+                return BundleProblem(path, "does not parse: nested too deeply")
         elif path == "config.yaml":
             try:
                 config = yaml.safe_load(text)
             except yaml.YAMLError as error:
                 return BundleProblem(path, f"not valid YAML: {error}")
+            except RecursionError:  # the pure-Python loader recurses per nesting level
+                return BundleProblem(path, "not valid YAML: nested too deeply")
             if config is not None and not isinstance(config, dict):
                 return BundleProblem(path, "must be a YAML mapping")
     return None
