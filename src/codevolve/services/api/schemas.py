@@ -1,46 +1,107 @@
 """HTTP schemas: what the API accepts and answers, kept apart from the ``core`` values.
 
 Create schemas forbid unknown fields, so a typo is a 422 naming the field rather than a setting
-silently ignored. Job config keys use the command line's names (``proposals``, ``in_flight``).
+silently ignored, and are strict: ``"100"``, ``true`` or ``1.0`` is not an integer, a float must
+be finite, and ``null`` is not a value (leave a key out for its default). Job config keys use the
+command line's names (``proposals``, ``in_flight``). The problem is one of the registry's names
+(listed in the schema as an enum) or ``bundle:<sha256>``.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic_core import PydanticCustomError
 
 from codevolve.core.job import Job, ProgramCounts
 from codevolve.core.program import Program
+from codevolve.problems.registry import problem_names
+from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
 
 Id = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$", description="uuid4 hex")]
 Owner = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.@-]{1,200}$", description="owner name")]
 MAX_PROPOSALS = 10_000_000  # a budget beyond this is a typo, not a plan
+BUNDLE_NAME = re.compile(r"^bundle:[0-9a-f]{64}$")
+MAX_NAME_SHOWN = 40  # characters of an unknown problem name repeated in its error
+
+
+def _known_problem(name: str) -> str:
+    if name in problem_names() or BUNDLE_NAME.match(name):
+        return name
+    shown = name if len(name) <= MAX_NAME_SHOWN else name[: MAX_NAME_SHOWN - 1] + "…"
+    kind, what = (
+        ("unknown_bundle", "a bundle is named bundle:<64 hex digits of its sha256>")
+        if name.startswith(BUNDLE_PROBLEM_PREFIX)
+        else ("unknown_problem", "known problems: " + ", ".join(problem_names()))
+    )
+    message = "unknown problem {name}; {what}"
+    raise PydanticCustomError(kind, message, {"name": repr(shown), "what": what})
+
+
+ProblemName = Annotated[
+    str,
+    AfterValidator(_known_problem),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "enum": problem_names()},
+                {"type": "string", "pattern": BUNDLE_NAME.pattern},
+            ],
+            "description": "a built-in problem, or bundle:<sha256> of an uploaded bundle",
+        }
+    ),
+]
+# A config key: absent for the run config's default, never null (the schema says so too).
+Int = int | None
+Float = Annotated[float, Field(allow_inf_nan=False)] | None
+
+
+def _not_nullable(schema: dict[str, Any]) -> None:
+    """The key's schema without the null that only stands for "absent"."""
+    schema.pop("default", None)
+    options = [o for o in schema.pop("anyOf", []) if o.get("type") != "null"]
+    for option in options:
+        schema.update(option)
+
+
+def _key(description: str, *, ge: float | None = None, gt: float | None = None, le: float) -> Any:
+    """A config key's field: optional, bounded, documented."""
+    return Field(
+        None, ge=ge, gt=gt, le=le, description=description, json_schema_extra=_not_nullable
+    )
 
 
 class _Input(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class JobConfigIn(_Input):
-    """Overrides of the run config; each key is named like the ``codevolve run`` flag."""
+    """Overrides of the run config; each key is named like the ``codevolve run`` flag. A key left
+    out takes the run config's default."""
 
-    proposals: int | None = Field(None, ge=1, le=MAX_PROPOSALS, description="proposal budget")
-    seed: int | None = Field(None, ge=0, le=2**32 - 1, description="seed of every random choice")
-    islands: int | None = Field(None, ge=1, le=256, description="independent sub-populations")
-    in_flight: int | None = Field(None, ge=1, le=4096, description="proposals in flight at once")
-    max_wall_s: float | None = Field(None, gt=0, le=30 * 86400, description="wall budget, seconds")
-    exploit_ratio: float | None = Field(None, ge=0, le=1, description="rank sampling probability")
-    migration_interval: int | None = Field(
-        None, ge=0, le=MAX_PROPOSALS, description="proposals between migrations (0: never)"
+    proposals: Int = _key("proposal budget", ge=1, le=MAX_PROPOSALS)
+    seed: Int = _key("seed of every random choice", ge=0, le=2**32 - 1)
+    islands: Int = _key("independent sub-populations", ge=1, le=256)
+    in_flight: Int = _key("proposals in flight at once", ge=1, le=4096)
+    max_wall_s: Float = _key("wall budget, seconds", gt=0, le=30 * 86400)
+    exploit_ratio: Float = _key("rank sampling probability", ge=0, le=1)
+    migration_interval: Int = _key(
+        "proposals between migrations (0: never)", ge=0, le=MAX_PROPOSALS
     )
-    migrants: int | None = Field(None, ge=0, le=64, description="elites sent per migration")
-    reset_interval: int | None = Field(
-        None, ge=0, le=MAX_PROPOSALS, description="proposals between island resets (0: never)"
-    )
+    migrants: Int = _key("elites sent per migration", ge=0, le=64)
+    reset_interval: Int = _key("proposals between island resets (0: never)", ge=0, le=MAX_PROPOSALS)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_null(cls, value: object) -> object:
+        if value is None:  # "null" for "the default" hides a client's bug; leave the key out
+            raise PydanticCustomError("null", "null is not a value: leave the key out instead")
+        return value
 
     def run_config_fields(self) -> dict[str, Any]:
         """The RunConfig field names and values of the keys that were given."""
@@ -52,9 +113,7 @@ class JobConfigIn(_Input):
 
 
 class JobCreate(_Input):
-    problem: str = Field(
-        min_length=1, max_length=200, description="a built-in problem, or bundle:<sha256>"
-    )
+    problem: ProblemName
     config: JobConfigIn = JobConfigIn()
 
 
