@@ -11,7 +11,7 @@ from codevolve.program_db import repository
 from codevolve.program_db.engine import create_engine, session_factory
 from codevolve.services.api.app import create_app
 from codevolve.services.settings import Settings
-from tests.api.conftest import Api, seed_job
+from tests.api.conftest import Api, admin, seed_job
 
 
 async def test_create_answers_201_with_a_queued_job_whose_config_maps_the_flag_names(
@@ -131,7 +131,7 @@ async def test_health_metrics_and_the_embedded_fleet(api: Api) -> None:
     await seed_job(api, owner="alice", programs=2)
     health = await api.client.get("/api/v1/health")
     assert health.status_code == 200 and health.json()["database"] == "ok"
-    metrics = await api.client.get("/metrics")
+    metrics = await api.client.get("/metrics", headers=admin())
     assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
     assert 'codevolve_jobs{state="queued"} 1' in metrics.text
     assert 'codevolve_programs{status="evaluated"} 2' in metrics.text

@@ -3,8 +3,10 @@
 Two kinds of caller: the admin, whose token comes from the environment (``CODEVOLVE_ADMIN_TOKEN``)
 and who may create user tokens and see every job; and users, whose tokens live hashed in the
 database. A job belongs to the owner of the token that created it; other users get 404, not 403,
-so that job ids do not leak. The dashboard also accepts the token from a cookie (a browser cannot
-add a header to a page load), set by signing in at ``/login``.
+so that job ids do not leak. The dashboard also accepts a sign-in cookie (a browser cannot add a
+header to a page load), set by signing in at ``/login``: it holds a session id, never the token
+(logins.py). ``/metrics`` takes the admin token or ``CODEVOLVE_METRICS_TOKEN``, unless
+``CODEVOLVE_PUBLIC_METRICS`` is set.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from codevolve.core.job import Job
 from codevolve.program_db import repository
-from codevolve.services.api.deps import SessionDep, settings_of
+from codevolve.services.api.deps import SessionDep, settings_of, state_of
 
 ADMIN_OWNER = "admin"
-COOKIE = "codevolve_token"
+COOKIE = "codevolve_session"
 
 _bearer = HTTPBearer(auto_error=False, description="a token from `codevolve token create`")
 
@@ -92,13 +94,43 @@ async def current_viewer(
 ) -> Viewer:
     """The reader of a dashboard page: anyone if the dashboard is public, else a token from the
     Authorization header or the login cookie."""
-    secret = credentials.credentials if credentials is not None else request.cookies.get(COOKIE)
+    secret = (
+        credentials.credentials
+        if credentials is not None
+        else state_of(request).logins.token_of(request.cookies.get(COOKIE, ""))
+    )
     principal = None if not secret else await principal_of(request, session, secret)
     if principal is None and not settings_of(request).public_dashboard:
         if "text/html" in request.headers.get("accept", ""):  # a browser: to the sign-in form
             raise HTTPException(status.HTTP_303_SEE_OTHER, headers={"Location": "/login"})
         raise _unauthorized("the dashboard needs a token: sign in at /login")
     return Viewer(principal)
+
+
+def require_metrics_reader(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """``/metrics`` counts every owner's jobs: the admin or the metrics token, unless public."""
+    settings = settings_of(request)
+    if settings.public_metrics:
+        return
+    if credentials is None:
+        raise _unauthorized("/metrics needs the metrics or admin token (Authorization: Bearer)")
+    given = credentials.credentials.encode()
+    allowed = (t.encode() for t in (settings.metrics_token, settings.admin_token) if t)
+    if not any([hmac.compare_digest(given, token) for token in allowed]):
+        raise _unauthorized("invalid metrics token")
+
+
+def is_https(request: Request) -> bool:
+    """Whether the browser reached us over HTTPS: the request's scheme (which uvicorn takes from a
+    proxy it trusts, ``--forwarded-allow-ips``), or a proxy's ``X-Forwarded-Proto`` when
+    ``CODEVOLVE_TRUST_PROXY_HEADERS`` says the proxy in front sets it."""
+    if request.url.scheme == "https":
+        return True
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return settings_of(request).trust_proxy_headers and forwarded == "https"
 
 
 def require_admin(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
@@ -120,3 +152,4 @@ PrincipalDep = Annotated[Principal, Depends(current_principal)]
 AdminDep = Annotated[Principal, Depends(require_admin)]
 UploaderDep = Annotated[Principal, Depends(require_upload)]
 ViewerDep = Annotated[Viewer, Depends(current_viewer)]
+MetricsReaderDep = Depends(require_metrics_reader)

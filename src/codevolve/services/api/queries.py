@@ -151,8 +151,14 @@ def unified_diff(parent: Program, child: Program) -> str:
 
 
 async def visible_program(session: AsyncSession, program_id: str, *, owner: str | None) -> Program:
+    """The program, if ``owner`` (None: anyone) may see its job; else the same 404 as for an id
+    that does not exist, which names neither the job nor whether the program exists."""
     program = await repository.get_program(session, program_id)
-    if program is None:
+    if program is None or (owner is not None and not await _owns(session, program, owner)):
         raise not_found(f"program {program_id}")
-    await visible_job(session, program.job_id, owner=owner)  # 404 for another owner's program
     return program
+
+
+async def _owns(session: AsyncSession, program: Program, owner: str) -> bool:
+    job = await repository.get_job(session, program.job_id)
+    return job is not None and job.owner == owner

@@ -14,8 +14,8 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
 from codevolve.program_db import repository
-from codevolve.services.api.auth import COOKIE, ViewerDep, principal_of
-from codevolve.services.api.deps import SessionDep
+from codevolve.services.api.auth import COOKIE, ViewerDep, is_https, principal_of
+from codevolve.services.api.deps import SessionDep, state_of
 from codevolve.services.api.highlight import highlight_python, line_numbers, render_diff
 from codevolve.services.api.queries import (
     job_detail,
@@ -30,7 +30,6 @@ from codevolve.services.api.schemas import JobPublic
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=FilePath(__file__).parent.parent / "templates")
 IdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")]
-COOKIE_MAX_AGE_S = 30 * 86400
 
 
 def _score(value: float | None) -> str:
@@ -56,13 +55,31 @@ async def login_form(request: Request) -> HTMLResponse:
 async def login(
     request: Request, session: SessionDep, token: Annotated[str, Form(max_length=500)]
 ) -> RedirectResponse | HTMLResponse:
-    """Check the token and keep it in an HttpOnly cookie, which the pages and polls then carry
-    (a form post, so the token never appears in a URL or an access log)."""
+    """Check the token and sign in: the cookie, which the pages and polls then carry, holds a
+    session id (HttpOnly, SameSite=Strict, Secure over HTTPS); a form post, so the token never
+    appears in a URL or an access log."""
     if await principal_of(request, session, token) is None:
         context = {"page": "login", "failed": True}
         return templates.TemplateResponse(request, "login.html", context, status_code=401)
+    logins = state_of(request).logins
     response = RedirectResponse("/", status_code=303)
-    response.set_cookie(COOKIE, token, max_age=COOKIE_MAX_AGE_S, httponly=True, samesite="strict")
+    response.set_cookie(
+        COOKIE,
+        logins.open(token),
+        max_age=int(logins.ttl_s),
+        httponly=True,
+        samesite="strict",
+        secure=is_https(request),
+    )
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> RedirectResponse:
+    """Sign out: the session ends here and its cookie is cleared."""
+    state_of(request).logins.close(request.cookies.get(COOKIE, ""))
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(COOKIE, httponly=True, samesite="strict", secure=is_https(request))
     return response
 
 

@@ -10,7 +10,7 @@ from sqlalchemy.exc import DBAPIError
 import codevolve
 from codevolve.problems.registry import problem_names
 from codevolve.program_db import repository
-from codevolve.services.api.auth import PrincipalDep
+from codevolve.services.api.auth import MetricsReaderDep, PrincipalDep
 from codevolve.services.api.deps import SessionDep, WorkerStatus, state_of
 from codevolve.services.api.schemas import Fleet, Health, WorkerPublic
 
@@ -57,9 +57,15 @@ async def workers(request: Request, _principal: PrincipalDep) -> Fleet:
     return await read_fleet(request)
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    dependencies=[MetricsReaderDep],
+    responses={401: {"description": "missing or invalid metrics token"}},
+)
 async def metrics(request: Request, session: SessionDep) -> PlainTextResponse:
-    """Prometheus text format: jobs per state, programs per status, workers."""
+    """Prometheus text format: jobs per state, programs per status, workers (every owner's).
+    Needs the metrics or admin token, unless ``CODEVOLVE_PUBLIC_METRICS`` is set."""
     jobs = await repository.jobs_by_state(session)
     programs = await repository.programs_by_status(session)
     fleet = await read_fleet(request)
