@@ -2,7 +2,9 @@
 job's programs and its best programs.
 
 A created job is queued; the supervisor of ``codevolve serve`` runs it. Pause and cancel set the
-state the running controller watches; resume queues the job again.
+state the running controller watches; resume queues the job again. In distributed mode a job whose
+cascade needs a capability no live worker serves (``gpu``) is refused with a 409 naming it: it
+would wait, or fail, with nothing to say why.
 """
 
 from __future__ import annotations
@@ -14,16 +16,16 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from codevolve.core.config import RunConfig
+from codevolve.core.device import CPU, needed_capabilities
 from codevolve.core.job import Job, JobState
 from codevolve.core.program import ProgramStatus
 from codevolve.problems.openevolve.bundle import BundleError
-from codevolve.problems.registry import problem_names
 from codevolve.program_db import repository
 from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
 from codevolve.program_db.programs import ProgramOrder
 from codevolve.services.api.auth import Principal, PrincipalDep, UploaderDep
-from codevolve.services.api.bundle_check import MAX_BODY_BYTES, BundleRejected, load_bundle
-from codevolve.services.api.deps import SessionDep
+from codevolve.services.api.bundle_check import BundleRejected, load_bundle
+from codevolve.services.api.deps import SessionDep, state_of
 from codevolve.services.api.queries import job_detail, top_programs, visible_job
 from codevolve.services.api.schemas import (
     BundleJobCreate,
@@ -68,24 +70,49 @@ def run_config(problem: str, config: JobConfigIn) -> RunConfig:
         raise RequestValidationError(errors) from error
 
 
-async def _check_problem(session: SessionDep, problem: str, principal: Principal) -> None:
-    if problem.startswith(BUNDLE_PROBLEM_PREFIX):
-        if not principal.can_upload:
-            raise HTTPException(status.HTTP_403_FORBIDDEN, detail="this token lacks can_upload")
-        if await repository.get_bundle(session, problem) is None:
-            raise _field_error(("problem",), f"no uploaded bundle {problem!r}", "unknown_bundle")
+async def _check_bundle(session: SessionDep, problem: str, principal: Principal) -> None:
+    """A ``bundle:<sha256>`` problem runs uploaded code: the upload right, and a stored bundle.
+    Built-in names were checked by the schema."""
+    if not problem.startswith(BUNDLE_PROBLEM_PREFIX):
         return
-    if problem not in problem_names():  # a name check; building a problem can take seconds
-        known = ", ".join(problem_names())
-        message = f"unknown problem {problem!r}; known problems: {known}"
-        raise _field_error(("problem",), message, "unknown_problem")
+    if not principal.can_upload:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="this token lacks can_upload")
+    if await repository.get_bundle(session, problem) is None:
+        raise _field_error(("problem",), f"no uploaded bundle {problem}", "unknown_bundle")
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, responses=_ERRORS)
-async def create_job(body: JobCreate, session: SessionDep, principal: PrincipalDep) -> JobPublic:
+async def _check_workers(request: Request, problem: str) -> None:
+    """Distributed mode: refuse a problem whose stages need a capability beyond ``cpu`` that no
+    live worker serves. CPU work waits in the queue for a CPU worker; embedded mode has no fleet
+    to ask (the server's own workers decide); uploaded bundles run on CPU workers."""
+    fleet = state_of(request).fleet
+    if fleet is None or problem.startswith(BUNDLE_PROBLEM_PREFIX):
+        return
+    from codevolve.services.runtime import cached_problem  # builds each problem once
+
+    needed = needed_capabilities(cached_problem(problem).stages) - {CPU}
+    served = {capability for worker in await fleet() for capability in worker.capabilities}
+    missing = sorted(needed - served)
+    if missing:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            detail=f"problem {problem} needs a worker with capability {missing[0]!r} and no live "
+            f"worker has it: start one (codevolve worker --capability {missing[0]}), then retry",
+        )
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    responses={**_ERRORS, 409: {"description": "no live worker has a capability it needs"}},
+)
+async def create_job(
+    request: Request, body: JobCreate, session: SessionDep, principal: PrincipalDep
+) -> JobPublic:
     """Queue a job of a built-in problem (or of an uploaded ``bundle:<sha256>``)."""
     config = run_config(body.problem, body.config)
-    await _check_problem(session, body.problem, principal)
+    await _check_bundle(session, body.problem, principal)
+    await _check_workers(request, body.problem)
     job = await repository.create_job(session, config, owner=principal.owner)
     return JobPublic.of(job)
 
@@ -100,16 +127,13 @@ async def create_job(body: JobCreate, session: SessionDep, principal: PrincipalD
     },
 )
 async def create_bundle_job(
-    request: Request, body: BundleJobCreate, session: SessionDep, principal: UploaderDep
+    body: BundleJobCreate, session: SessionDep, principal: UploaderDep
 ) -> BundleJobPublic:
     """Upload a problem bundle (OpenEvolve layout, files as base64) and queue a job on it.
 
     The job's config is the bundle's ``config.yaml`` (``max_iterations``, ``random_seed``...)
     with the request's ``config`` keys on top; keys that do not carry over are listed in
     ``warnings``."""
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > MAX_BODY_BYTES:
-        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, detail="request body too large")
     try:
         bundle = load_bundle(body.files)
     except BundleRejected as rejected:
