@@ -4,9 +4,10 @@ codevolve serve --db URL [--redis URL] [--port 8000 | --no-api]
 codevolve worker --redis URL --capability cpu|gpu --concurrency N
 codevolve submit gemm-tiling --proposals 1000 --seed 0 [--db URL] [--json]
 
-``serve`` migrates the database, then runs the supervisor (a controller per queued or running job)
-and, in the same event loop, the REST API and dashboard when they are installed. ``worker`` needs
-only the Redis URL. ``submit`` creates a queued job that the running ``serve`` picks up.
+In words: serve migrates the database, then runs the supervisor (a controller per queued or
+running job) and, in the same event loop, the REST API and dashboard when they are installed.
+worker needs only the Redis URL. submit creates a queued job that a running serve on the same
+database picks up (it says so on stderr, so that --json output stays parseable).
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ import asyncio
 import importlib
 import json
 import logging
+import shlex
 import signal
+import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from codevolve.core.config import RunConfig
@@ -28,6 +32,7 @@ from codevolve.core.errors import ConfigError
 from codevolve.evaluator_workers.heartbeat import list_workers
 from codevolve.evaluator_workers.redis_keys import CAPABILITIES, DEFAULT_PREFIX, RedisKeys
 from codevolve.evaluator_workers.redis_queue import QueueTuning
+from codevolve.services.cli_options import at_least, check_problem, config_error, db_option
 from codevolve.services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -39,13 +44,16 @@ DEFAULT_PORT = 8000
 def register(sub: Any) -> None:
     """Add the distributed-mode commands to the ``codevolve`` parser's subcommands."""
     serve = sub.add_parser("serve", help="controller (and API): run every queued or running job")
-    serve.add_argument("--db", default=None, help="database URL (default: CODEVOLVE_DB)")
+    db_option(serve)
     serve.add_argument("--redis", default=None, help="Redis URL (default: CODEVOLVE_REDIS_URL)")
     serve.add_argument("--host", default="127.0.0.1", help="API address to listen on")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="API port")
     serve.add_argument("--no-api", action="store_true", help="run the controller only")
     serve.add_argument(
-        "--local-workers", type=int, default=2, help="without Redis: in-process workers per job"
+        "--local-workers",
+        type=at_least(1),
+        default=2,
+        help="without Redis: in-process workers per job",
     )
     serve.add_argument("--poll-s", type=float, default=1.0, help="seconds between job scans")
     proposal_processes_option(serve)
@@ -55,7 +63,9 @@ def register(sub: Any) -> None:
     worker = sub.add_parser("worker", help="evaluate tasks from Redis (no database access)")
     worker.add_argument("--redis", default=None, help="Redis URL (default: CODEVOLVE_REDIS_URL)")
     worker.add_argument("--capability", choices=CAPABILITIES, default="cpu")
-    worker.add_argument("--concurrency", type=int, default=1, help="evaluations at once")
+    worker.add_argument(
+        "--concurrency", type=at_least(1), default=1, help="evaluations at once (1)"
+    )
     worker.add_argument(
         "--gpus", default=None, help="gpu: all (default) or ids; one worker process per GPU"
     )
@@ -73,9 +83,11 @@ def register(sub: Any) -> None:
     _prefix_option(worker)
     worker.set_defaults(handler=_cmd_worker, db=None)
 
-    submit = sub.add_parser("submit", help="queue a job for the running serve")
+    submit = sub.add_parser(
+        "submit", help="queue a job; a running `codevolve serve` on the same --db runs it"
+    )
     submit.add_argument("problem", help="problem name, e.g. gemm-tiling, or bundle:<sha256>")
-    submit.add_argument("--proposals", type=int, default=1000, help="proposal budget")
+    submit.add_argument("--proposals", type=int, default=1000, help="proposal budget (1000)")
     submit.add_argument("--seed", type=int, default=0)
     submit.add_argument("--islands", type=int, default=None)
     submit.add_argument("--max-wall-s", type=float, default=None, help="wall-clock budget, s")
@@ -83,7 +95,7 @@ def register(sub: Any) -> None:
     submit.add_argument("--config", default=None, help="JSON of further RunConfig fields")
     submit.add_argument("--owner", default="", help="owner recorded with the job")
     submit.add_argument("--json", action="store_true", help="print JSON")
-    submit.add_argument("--db", default=None, help="database URL (default: CODEVOLVE_DB)")
+    db_option(submit)
     submit.set_defaults(handler=_cmd_submit)
 
 
@@ -124,7 +136,8 @@ def _redis_url(args: argparse.Namespace, *, required: bool) -> str | None:
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:
-    fields: dict[str, Any] = json.loads(args.config) if args.config else {}
+    """The job's config from ``submit``'s options; a refused value names the option typed."""
+    fields = _config_fields(args.config)
     fields |= {"problem": args.problem, "seed": args.seed, "max_proposals": args.proposals}
     for option, name in (
         ("islands", "islands"),
@@ -133,25 +146,41 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     ):
         if getattr(args, option) is not None:
             fields[name] = getattr(args, option)
-    return RunConfig.model_validate(fields)
+    try:
+        return RunConfig.model_validate(fields)
+    except ValidationError as exc:
+        raise config_error(exc, other="--config") from exc
+
+
+def _config_fields(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"--config {text!r}: not JSON ({exc.msg}); e.g. '{{\"islands\": 4}}'"
+        ) from None
+    if not isinstance(fields, dict):
+        raise ConfigError(f"--config {text!r}: expected a JSON object of RunConfig fields")
+    return fields
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
     from codevolve.evaluator_workers.redis_bundles import bundle_id_of
-    from codevolve.problems.registry import get_problem
     from codevolve.program_db import repository
     from codevolve.program_db.bundles import get_bundle
     from codevolve.services.database import database_session
 
     config = run_config(args)
+    if bundle_id_of(config.problem) is None:
+        check_problem(config.problem)  # fail early, suggesting the closest name
 
     async def go() -> str:
         async with database_session(args.db) as session:
             bundle = bundle_id_of(config.problem)
-            if bundle is None:
-                get_problem(config.problem)  # fail early, listing the known problems
-            elif await get_bundle(session, bundle) is None:
-                raise ConfigError(f"{config.problem}: no such bundle in {args.db}")
+            if bundle is not None and await get_bundle(session, bundle) is None:
+                raise ConfigError(f"{config.problem}: no such bundle in {args.db_shown}")
             job = await repository.create_job(session, config, owner=args.owner)
         return job.id
 
@@ -160,6 +189,11 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         print(json.dumps({"job_id": job_id, "state": "queued", "problem": config.problem}))
     else:
         print(job_id)
+    db = "" if args.db_given is None else f" --db {shlex.quote(args.db_given)}"
+    sys.stderr.write(
+        f"job {job_id} is queued: a running `codevolve serve{db}` runs it; "
+        f"`codevolve status {job_id}{db}` shows its progress\n"
+    )
     return 0
 
 
@@ -195,42 +229,41 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 async def serve(args: argparse.Namespace) -> None:
     """Migrate, then run the supervisor and (when installed) the API until SIGTERM or SIGINT."""
-    from codevolve.program_db.engine import create_engine, session_factory, upgrade
+    from codevolve.program_db.engine import session_factory
+    from codevolve.services.database import open_database
     from codevolve.services.runtime import tune_gc
     from codevolve.services.supervisor import Supervisor, SupervisorOptions
 
     url = _redis_url(args, required=False)
     tune_gc()
-    engine = create_engine(args.db)
-    redis = Redis.from_url(url, decode_responses=True) if url else None
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for number in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(number, stop.set)
-    try:
-        await upgrade(engine)
-        sessions = session_factory(engine)
-        keys = RedisKeys(args.key_prefix)
-        supervisor = Supervisor(
-            sessions,
-            redis=redis,
-            options=SupervisorOptions(
-                poll_s=args.poll_s,
-                local_workers=args.local_workers,
-                key_prefix=args.key_prefix,
-                proposal_processes=args.proposal_processes,
-            ),
-        )
-        server = None if args.no_api else _api_server(args, sessions, redis, keys)
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(supervisor.run(stop))
-            if server is not None:
-                tg.create_task(_serve_api(server, stop))
-        log.info("serve stopped")
-    finally:
-        if redis is not None:
-            await redis.aclose()
-        await engine.dispose()
+    async with open_database(args.db, write=True) as engine:  # migrated to head
+        redis = Redis.from_url(url, decode_responses=True) if url else None
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(number, stop.set)
+        try:
+            sessions = session_factory(engine)
+            keys = RedisKeys(args.key_prefix)
+            supervisor = Supervisor(
+                sessions,
+                redis=redis,
+                options=SupervisorOptions(
+                    poll_s=args.poll_s,
+                    local_workers=args.local_workers,
+                    key_prefix=args.key_prefix,
+                    proposal_processes=args.proposal_processes,
+                ),
+            )
+            server = None if args.no_api else _api_server(args, sessions, redis, keys)
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(supervisor.run(stop))
+                if server is not None:
+                    tg.create_task(_serve_api(server, stop))
+            log.info("serve stopped")
+        finally:
+            if redis is not None:
+                await redis.aclose()
 
 
 def _api_server(

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from codevolve.core.errors import CodevolveError
+from codevolve.program_db.errors import UnknownJobError
+from codevolve.services.cli_options import db_option
 
 ARTIFACT_PREFIX = "factors_"
 PAGE = 200  # programs read per query
@@ -32,9 +34,7 @@ def register(sub: Any) -> None:
     export.add_argument("job")
     export.add_argument("--json", action="store_true", help="print JSON (default: text)")
     export.add_argument("--out", type=Path, help="write the JSON here instead of printing it")
-    export.add_argument(
-        "--db", default=None, help="database URL or SQLite file (default: ./codevolve.sqlite)"
-    )
+    db_option(export)
     export.set_defaults(handler=_cmd_export)
 
 
@@ -50,7 +50,7 @@ async def collect(session: Any, job_id: str) -> dict[str, Any]:
 
     job = await repository.get_job(session, job_id)
     if job is None:
-        raise LookupError(f"no job {job_id!r} in this database")
+        raise UnknownJobError(f"no job {job_id!r} in this database; check the id and --db")
     best: dict[str, tuple[Decomposition, str]] = {}
     offset = 0
     while True:
@@ -89,10 +89,13 @@ async def collect(session: Any, job_id: str) -> dict[str, Any]:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from codevolve.services.database import database_session
+    from codevolve.services.database import reading_session
+
+    if args.out is not None and not args.out.parent.is_dir():
+        raise CodevolveError(f"--out {args.out}: no folder {args.out.parent}; create it first")
 
     async def go() -> dict[str, Any]:
-        async with database_session(args.db) as session:
+        async with reading_session(args.db) as session:
             return await collect(session, args.job)
 
     document = asyncio.run(go())

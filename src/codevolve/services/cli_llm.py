@@ -25,7 +25,7 @@ DEFAULT_URL = "https://api.openai.com/v1"
 def add_run_arguments(run: argparse.ArgumentParser) -> None:
     group = run.add_argument_group("proposer")
     group.add_argument(
-        "--proposer", choices=["simulated", "llm"], default="simulated", help="default: simulated"
+        "--proposer", choices=["simulated", "llm"], default=None, help="default: simulated"
     )
     group.add_argument("--llm-url", default=DEFAULT_URL, help=f"endpoint root ({DEFAULT_URL})")
     group.add_argument(

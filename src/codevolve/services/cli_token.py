@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.errors import ConfigError
+from codevolve.services.cli_options import db_option
 
 T = TypeVar("T")
 OWNER_PATTERN = r"^[A-Za-z0-9_.@-]{1,200}$"  # the API's rule for owner names
@@ -34,29 +35,28 @@ def register(sub: Any) -> None:
     create.add_argument(
         "--upload", action="store_true", help="may upload problem bundles (runs their evaluators)"
     )
-    _db_option(create)
+    db_option(create)
     create.set_defaults(handler=_cmd_create)
 
     listing = actions.add_parser("list", help="list tokens (never the tokens themselves)")
-    _db_option(listing)
+    db_option(listing)
     listing.set_defaults(handler=_cmd_list)
 
     revoke = actions.add_parser("revoke", help="revoke a token by its id")
     revoke.add_argument("token_id")
-    _db_option(revoke)
+    db_option(revoke)
     revoke.set_defaults(handler=_cmd_revoke)
 
 
-def _db_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", default=None, help="database URL (default: CODEVOLVE_DB)")
-
-
-def _in_transaction(url: str, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
-    """Run ``work`` in one committed transaction on an upgraded database."""
-    from codevolve.services.database import database_session
+def _in_transaction(
+    url: str, work: Callable[[AsyncSession], Awaitable[T]], *, write: bool = True
+) -> T:
+    """Run ``work`` in one committed transaction on an upgraded database (or, ``write=False``,
+    on an existing database at head, changing nothing)."""
+    from codevolve.services.database import database_session, reading_session
 
     async def go() -> T:
-        async with database_session(url) as session:
+        async with (database_session if write else reading_session)(url) as session:
             return await work(session)
 
     return asyncio.run(go())
@@ -81,7 +81,7 @@ def _cmd_create(args: argparse.Namespace) -> int:
 def _cmd_list(args: argparse.Namespace) -> int:
     from codevolve.program_db import repository
 
-    for token in _in_transaction(args.db, repository.list_tokens):
+    for token in _in_transaction(args.db, repository.list_tokens, write=False):
         state = "revoked" if token.revoked_at else "live"
         upload = "upload" if token.can_upload else "-"
         print(f"{token.id}  {token.owner:20}  {upload:6}  {state:7}  {token.created_at:%Y-%m-%d}")
@@ -95,6 +95,8 @@ def _cmd_revoke(args: argparse.Namespace) -> int:
         return await repository.revoke_token(session, args.token_id)
 
     if not _in_transaction(args.db, revoke):
-        raise LookupError(f"no live token {args.token_id!r}")
+        raise ConfigError(
+            f"no live token {args.token_id!r} in {args.db_shown}; `codevolve token list` shows them"
+        )
     print(f"revoked {args.token_id}")
     return 0

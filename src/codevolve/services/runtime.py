@@ -10,25 +10,30 @@ import asyncio
 import contextlib
 import functools
 import gc
-from collections.abc import AsyncIterator, Callable
+import signal
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from codevolve.core.config import RunConfig
 from codevolve.core.errors import ConfigError
 from codevolve.core.job import Job, JobState
 from codevolve.core.problem import Problem
+from codevolve.evaluator_workers.gpu.device_process import DeviceProcess
 from codevolve.evaluator_workers.gpu.pinning import embedded_gpus, open_devices, worker_slots
 from codevolve.evaluator_workers.local_queue import LocalQueue
 from codevolve.evaluator_workers.sandbox import SandboxPool
 from codevolve.evaluator_workers.worker import run_worker
 from codevolve.problems.registry import get_problem
 from codevolve.program_db import repository
-from codevolve.program_db.engine import create_engine, session_factory, upgrade
+from codevolve.program_db.engine import session_factory
 from codevolve.proposers.base import Proposer
 from codevolve.proposers.simulated import SimulatedProposer
 from codevolve.services.bundles import is_bundle_name, prepare_problem, resolve_loaded
 from codevolve.services.controller import Controller, Progress
+from codevolve.services.database import open_database
 from codevolve.services.report import build_report
 
 
@@ -36,7 +41,8 @@ from codevolve.services.report import build_report
 class RunResult:
     job_id: str
     state: JobState
-    report: dict[str, Any]
+    report: dict[str, Any]  # empty when the run was interrupted
+    interrupted: str | None = None  # the signal that stopped the run (SIGINT, SIGTERM)
 
 
 GC_THRESHOLD = 20_000  # allocations between collections of the youngest generation (default 700)
@@ -92,68 +98,161 @@ async def run_embedded(
     proposal_processes: int = 0,
     on_start: Callable[[Job], None] | None = None,
     on_progress: Callable[[Progress], None] | None = None,
+    handle_signals: bool = False,
 ) -> RunResult:
-    """Create (``config``) or resume (``resume`` = job id) a job and run it to its end here."""
-    engine = create_engine(db_url)
-    try:
-        await upgrade(engine)
+    """Create (``config``) or resume (``resume`` = job id) a job and run it to its end here.
+
+    Everything the run needs is checked before the job is written. With ``handle_signals`` (a
+    command line's process), SIGINT or SIGTERM stops the run: the job is marked paused, with the
+    signal named in its error, and the result says ``interrupted``. A run cancelled otherwise
+    marks its job paused too and lets the cancellation go on."""
+    if workers < 1:
+        raise ConfigError(f"workers must be at least 1, got {workers}")
+    async with open_database(db_url, write=True) as engine:
         sessions = session_factory(engine)
         async with sessions.begin() as session:
-            job = await _create_or_load(session, config=config, resume=resume)
-        problem = cached_problem(job.config.problem)
+            job, problem, gpu_ids = await _create_or_load(
+                session, config=config, resume=resume, gpus=gpus
+            )
         if on_start is not None:
             on_start(job)
-        queue = LocalQueue()
-        stop = asyncio.Event()
-        # One worker per GPU when the problem has GPU stages and a GPU is here (or --gpus).
-        devices = open_devices(embedded_gpus(problem.stages, gpus))
-        with SandboxPool(size=workers) as pool, contextlib.ExitStack() as held:
-            for opened in devices:
-                held.enter_context(opened)
-            async with asyncio.TaskGroup() as tg:
-                for name, loops, device in worker_slots(workers, devices):
-                    tg.create_task(
-                        run_worker(
-                            queue,
-                            resolve_problem=cached_problem,
-                            pool=pool,
-                            concurrency=loops,
-                            name=name,
-                            stop=stop,
-                            device=device,
-                        )
-                    )
-                try:
-                    async with open_proposer(job.config, problem) as proposer:
-                        controller = Controller(
-                            job,
-                            sessions=sessions,
-                            queue=queue,
-                            problem=problem,
-                            proposer=proposer,
-                            on_progress=on_progress,
-                            proposal_processes=proposal_processes,
-                        )
-                        state = await controller.run()
-                finally:
-                    stop.set()
+        interruption = _Interruption()
+        try:
+            with interruption.handled(enabled=handle_signals):
+                state = await _run_job(
+                    job,
+                    problem,
+                    sessions=sessions,
+                    workers=workers,
+                    devices=open_devices(gpu_ids),
+                    proposal_processes=proposal_processes,
+                    on_progress=on_progress,
+                )
+        except asyncio.CancelledError:
+            await _mark_paused(sessions, job.id, interruption.note())
+            if interruption.signal is None:
+                raise
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()  # the cancellation was ours, asked for by the signal
+            return RunResult(
+                job_id=job.id, state=JobState.PAUSED, report={}, interrupted=interruption.signal
+            )
         async with sessions.begin() as session:
             report = await build_report(session, job.id, problem)
         return RunResult(job_id=job.id, state=state, report=report)
-    finally:
-        await engine.dispose()
 
 
-async def _create_or_load(session: Any, *, config: RunConfig | None, resume: str | None) -> Job:
+async def _run_job(
+    job: Job,
+    problem: Problem,
+    *,
+    sessions: async_sessionmaker[AsyncSession],
+    workers: int,
+    devices: list[DeviceProcess],
+    proposal_processes: int,
+    on_progress: Callable[[Progress], None] | None,
+) -> JobState:
+    """The controller and the in-process workers of one job, until the controller ends."""
+    queue = LocalQueue()
+    stop = asyncio.Event()
+    # One worker per GPU when the problem has GPU stages and a GPU is here (or --gpus).
+    with SandboxPool(size=workers) as pool, contextlib.ExitStack() as held:
+        for opened in devices:
+            held.enter_context(opened)
+        async with asyncio.TaskGroup() as tg:
+            for name, loops, device in worker_slots(workers, devices):
+                tg.create_task(
+                    run_worker(
+                        queue,
+                        resolve_problem=cached_problem,
+                        pool=pool,
+                        concurrency=loops,
+                        name=name,
+                        stop=stop,
+                        device=device,
+                    )
+                )
+            try:
+                async with open_proposer(job.config, problem) as proposer:
+                    controller = Controller(
+                        job,
+                        sessions=sessions,
+                        queue=queue,
+                        problem=problem,
+                        proposer=proposer,
+                        on_progress=on_progress,
+                        proposal_processes=proposal_processes,
+                    )
+                    return await controller.run()
+            finally:
+                stop.set()
+
+
+async def _create_or_load(
+    session: AsyncSession, *, config: RunConfig | None, resume: str | None, gpus: str | None
+) -> tuple[Job, Problem, list[str]]:
+    """The job (created or read back), its problem and the GPUs it runs on; a new job is written
+    last, after its problem and GPUs are known to be usable."""
+    loaded: Job | None = None
     if resume is None:
         if config is None:
             raise ConfigError("either a config or a job id to resume is needed")
-        await prepare_problem(session, config.problem)  # fail early; a bundle is stored
-        return await repository.create_job(session, config)
-    job = await repository.get_job(session, resume)
-    if job is None:
-        raise ConfigError(f"--resume: no job {resume!r} in this database")
-    if job.state is JobState.CANCELLED:
-        raise ConfigError(f"--resume: job {resume} was cancelled")
-    await prepare_problem(session, job.config.problem)  # a bundle is read back
-    return job
+        name = config.problem
+    else:
+        loaded = await repository.get_job(session, resume)
+        if loaded is None:
+            raise ConfigError(f"--resume {resume}: no such job in this database")
+        if loaded.state is JobState.CANCELLED:
+            raise ConfigError(f"--resume {resume}: the job was cancelled; start a new one")
+        name = loaded.config.problem
+    await prepare_problem(session, name)  # fail early; a bundle is stored (or read back)
+    problem = cached_problem(name)
+    gpu_ids = embedded_gpus(problem.stages, gpus)
+    if loaded is None:
+        assert config is not None
+        return await repository.create_job(session, config), problem, gpu_ids
+    return loaded, problem, gpu_ids
+
+
+async def _mark_paused(sessions: async_sessionmaker[AsyncSession], job_id: str, note: str) -> None:
+    """A job whose run stopped early is paused, not left running (``--resume`` continues it)."""
+    async with sessions.begin() as session:
+        job = await repository.get_job(session, job_id)
+        if job is not None and job.state in (JobState.RUNNING, JobState.QUEUED):
+            await repository.set_job_state(session, job_id, JobState.PAUSED, error=note)
+
+
+class _Interruption:
+    """SIGINT or SIGTERM, handled once: the run's task is cancelled and the signal remembered.
+
+    A second signal while the run winds down raises KeyboardInterrupt, as Python's default does."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+
+    def note(self) -> str:
+        return f"interrupted ({self.signal})" if self.signal else "interrupted"
+
+    @contextlib.contextmanager
+    def handled(self, *, enabled: bool) -> Iterator[None]:
+        task = asyncio.current_task()
+        if not enabled or task is None:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        numbers = (signal.SIGINT, signal.SIGTERM)
+
+        def on_signal(number: signal.Signals) -> None:
+            if self.signal is not None:
+                raise KeyboardInterrupt
+            self.signal = number.name
+            task.cancel()
+
+        for number in numbers:
+            loop.add_signal_handler(number, on_signal, number)
+        try:
+            yield
+        finally:
+            for number in numbers:
+                loop.remove_signal_handler(number)

@@ -4,8 +4,23 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+
+from codevolve.core.errors import ConfigError
 
 DEFAULT_DB_URL = "sqlite+aiosqlite:///codevolve.sqlite"  # a file in the working directory
+DB_HELP = (
+    "database: an SQLite file or a postgresql://USER@HOST/DB URL "
+    "(default: $CODEVOLVE_DB, else ./codevolve.sqlite)"
+)
+SUPPORTED_DB_FORMS = "a file path (x.sqlite), sqlite:///PATH or postgresql://USER@HOST/DB"
+_ASYNC_SCHEMES = {
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+aiosqlite": "sqlite+aiosqlite",
+    "postgres": "postgresql+asyncpg",
+    "postgresql": "postgresql+asyncpg",
+    "postgresql+asyncpg": "postgresql+asyncpg",
+}
 
 
 class Settings(BaseSettings):
@@ -33,13 +48,18 @@ class Settings(BaseSettings):
 def normalise_db_url(url: str) -> str:
     """Accept the short forms users type and return a SQLAlchemy async URL.
 
-    ``file.db`` or ``sqlite:///file.db`` -> aiosqlite; ``postgresql://`` -> asyncpg.
+    ``file.db`` or ``sqlite:///file.db`` -> aiosqlite; ``postgresql://`` -> asyncpg. Any other
+    scheme raises ConfigError listing the supported forms.
     """
     if "://" not in url:
+        if not url:
+            raise ConfigError(f"--db is empty; pass {SUPPORTED_DB_FORMS}")
         return f"sqlite+aiosqlite:///{url}"
     scheme, rest = url.split("://", 1)
-    if scheme == "sqlite":
-        return f"sqlite+aiosqlite://{rest}"
-    if scheme in ("postgres", "postgresql"):
-        return f"postgresql+asyncpg://{rest}"
-    return url
+    driver = _ASYNC_SCHEMES.get(scheme)
+    if driver is None:
+        shown = make_url(url).render_as_string(hide_password=True)
+        raise ConfigError(
+            f"--db {shown}: {scheme}:// databases are not supported; pass {SUPPORTED_DB_FORMS}"
+        )
+    return f"{driver}://{rest}"

@@ -1,0 +1,307 @@
+"""``codevolve run``: evolve a problem here, or resume a job; a live progress bar and a summary.
+
+Every option is checked before the job is written. ``--resume JOB`` takes the job's stored
+config: an option that would change it (another problem, seed, budget, ...) is refused rather
+than ignored; options of this process alone (``--workers``, ``--gpus``, ``--report``, ...) may
+differ. Ctrl-C or SIGTERM pauses the job and prints the command that resumes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from codevolve.core.config import RunConfig
+from codevolve.core.errors import ConfigError
+from codevolve.core.job import Job
+from codevolve.program_db.errors import UnknownJobError
+from codevolve.services import bundles, cli_dist, cli_llm
+from codevolve.services import controller as controller_module
+from codevolve.services.cli_options import (
+    EXIT_FAILED,
+    at_least,
+    check_problem,
+    config_error,
+    db_option,
+)
+
+WIDE = 100  # terminal columns from which the progress bar shows every column in words
+SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it
+# Options that define a job: (argparse dest, RunConfig field, option as typed).
+JOB_OPTIONS = (
+    ("seed", "seed", "--seed"),
+    ("proposals", "max_proposals", "--proposals"),
+    ("islands", "islands", "--islands"),
+    ("max_wall_s", "max_wall_s", "--max-wall-s"),
+    ("in_flight", "max_in_flight", "--in-flight"),
+)
+
+
+def register(sub: Any) -> None:
+    run = sub.add_parser("run", help="evolve a problem here (embedded workers)")
+    run.add_argument("problem", nargs="?", help="problem name, e.g. gemm-tiling")
+    run.add_argument("--proposals", type=int, default=None, help="proposal budget (1000)")
+    run.add_argument("--seed", type=int, default=None, help="(0)")
+    run.add_argument("--islands", type=int, default=None)
+    run.add_argument("--max-wall-s", type=float, default=None, help="wall-clock budget, seconds")
+    run.add_argument("--in-flight", type=int, default=None, help="proposals in flight at once")
+    run.add_argument(
+        "--workers", type=at_least(1), default=2, help="in-process evaluation workers (2)"
+    )
+    cli_dist.proposal_processes_option(run)
+    run.add_argument(
+        "--gpus", default=None, help="GPU stages: all, none or ids (default: one GPU if needed)"
+    )
+    run.add_argument("--resume", metavar="JOB", help="continue a job that was interrupted")
+    run.add_argument("--report", type=Path, help="write the JSON report here")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    cli_llm.add_run_arguments(run)
+    bundles.add_run_arguments(run)
+    db_option(run)
+    run.set_defaults(handler=_cmd_run)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from codevolve.services.runtime import run_embedded
+
+    console = Console(stderr=True)
+    _check_report_path(args.report)
+    config = None
+    if args.resume is not None:
+        asyncio.run(_check_resume(args))
+    elif args.problem_dir is not None:
+        config, warnings = bundles.run_config_from_args(args)
+        for warning in warnings:
+            console.print(f"[yellow]warning:[/yellow] config: {warning}", highlight=False)
+    else:
+        config = _new_config(args)
+    bar = ProgressBar(console, enabled=not args.quiet and console.is_terminal)
+    with bar:
+        result = asyncio.run(
+            run_embedded(
+                db_url=args.db,
+                config=config,
+                resume=args.resume,
+                workers=args.workers,
+                proposal_processes=args.proposal_processes,
+                gpus=args.gpus,
+                on_start=bar.start,
+                on_progress=bar.update,
+                handle_signals=True,
+            )
+        )
+    if result.interrupted is not None:
+        console.print(
+            f"interrupted ({result.interrupted}): job {result.job_id} is paused; resume with "
+            f"`{resume_command(result.job_id, args.db_given)}`",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        return SIGNAL_EXIT.get(result.interrupted, 130)
+    if args.report:
+        args.report.write_text(json.dumps(result.report, indent=2) + "\n")
+    print_summary(Console(), result.report)
+    return 0 if result.state.value in ("done", "paused") else EXIT_FAILED
+
+
+def resume_command(job_id: str, db: str | None) -> str:
+    """The command that continues a job, with the ``--db`` the user gave (if any)."""
+    words = ["codevolve", "run", "--resume", job_id]
+    if db is not None:
+        words += ["--db", db]
+    return shlex.join(words)
+
+
+def _new_config(args: argparse.Namespace) -> RunConfig:
+    if args.config is not None:
+        raise ConfigError("run: --config goes with --problem-dir; drop it or add --problem-dir")
+    if not args.problem:
+        raise ConfigError(
+            "run: name a problem (e.g. gemm-tiling), --problem-dir PATH or --resume JOB"
+        )
+    check_problem(args.problem)
+    overrides: dict[str, Any] = {
+        "problem": args.problem,
+        "seed": 0 if args.seed is None else args.seed,
+        "max_proposals": 1000 if args.proposals is None else args.proposals,
+    }
+    for dest, field, _flag in JOB_OPTIONS:
+        if getattr(args, dest) is not None:
+            overrides[field] = getattr(args, dest)
+    try:
+        if (proposer := cli_llm.proposer_overrides(args)) is not None:
+            overrides["proposer"] = proposer
+        return RunConfig.model_validate(overrides)
+    except ValidationError as exc:
+        raise config_error(exc) from exc
+
+
+def _check_report_path(report: Path | None) -> None:
+    """A report that could not be written is found out now, not after the run."""
+    if report is None:
+        return
+    if report.is_dir():
+        raise ConfigError(f"--report {report} is a folder; name a file, e.g. {report}/report.json")
+    folder = report.parent
+    if not folder.is_dir():
+        raise ConfigError(f"--report {report}: no folder {folder}; create it first")
+    if not os.access(folder, os.W_OK) or (report.exists() and not os.access(report, os.W_OK)):
+        raise ConfigError(f"--report {report}: not writable here; pick another path")
+
+
+async def _check_resume(args: argparse.Namespace) -> None:
+    """Refuse ``--resume`` of an unknown job, or with options that contradict its config."""
+    from codevolve.program_db import repository
+    from codevolve.services.database import reading_session
+
+    async with reading_session(args.db) as session:
+        job = await repository.get_job(session, args.resume)
+    if job is None:
+        raise UnknownJobError(
+            f"--resume {args.resume}: no such job in {args.db_shown}; "
+            "`codevolve status JOB` shows a job"
+        )
+    for problem in contradictions(args, job):
+        raise ConfigError(f"--resume {job.id}: {problem}; drop it or start a new job")
+
+
+def contradictions(args: argparse.Namespace, job: Job) -> list[str]:
+    """Each option given with ``--resume`` whose value differs from the job's stored config."""
+    stored = job.config
+    found = []
+    if args.problem is not None and args.problem != stored.problem:
+        found.append(f"the job's problem is {stored.problem}, not {args.problem}")
+    if args.problem_dir is not None or args.config is not None:
+        found.append("the job's problem files are stored with it: --problem-dir/--config")
+    for dest, field, flag in JOB_OPTIONS:
+        given = getattr(args, dest)
+        if given is not None and given != getattr(stored, field):
+            found.append(f"the job's {flag} is {getattr(stored, field)}, not {given}")
+    if args.proposer is not None or args.model or args.max_cost is not None:
+        proposer = cli_llm.proposer_overrides(args) or {"kind": "simulated"}
+        if stored.proposer.model_dump(mode="json") != stored.proposer.model_validate(
+            proposer
+        ).model_dump(mode="json"):
+            found.append("the job's proposer options differ from those given")
+    return found
+
+
+# --------------------------------------------------------------------------- progress, summary
+
+
+class ProgressBar:
+    """proposals, evaluations per second, failures and the best score, live; on a terminal
+    narrower than :data:`WIDE` the columns are abbreviated rather than cut."""
+
+    def __init__(self, console: Console, *, enabled: bool) -> None:
+        self._console = console
+        self._enabled = enabled
+        self._bar = Progress(*progress_columns(console.width), console=console, disable=not enabled)
+        self._task: Any = None
+
+    def __enter__(self) -> ProgressBar:
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.__exit__(None, None, None)
+
+    def start(self, job: Job) -> None:
+        self._console.print(
+            f"job [bold]{job.id}[/bold] ({job.config.problem}, seed {job.config.seed})"
+        )
+        self._task = self._bar.add_task(
+            "proposals", total=job.config.max_proposals, rate=0.0, failed=0, rejected=0, best="-"
+        )
+
+    def update(self, progress: controller_module.Progress) -> None:
+        if self._task is None:
+            return
+        best = "-" if progress.best_score is None else f"{progress.best_score:.4f}"
+        self._bar.update(
+            self._task,
+            completed=progress.proposals,
+            rate=progress.evaluated_per_s,
+            failed=progress.failed + progress.apply_failed,
+            rejected=progress.rejected,
+            best=best,
+        )
+
+    def table(self) -> Any:
+        """The bar as rich renders it now (for tests)."""
+        return self._bar.make_tasks_table(self._bar.tasks)
+
+
+def progress_columns(width: int) -> list[ProgressColumn | str]:
+    if width >= WIDE:
+        return [
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(
+                "{task.fields[rate]:.1f} eval/s  failed {task.fields[failed]}  "
+                "rejected {task.fields[rejected]}  best {task.fields[best]}"
+            ),
+            TimeElapsedColumn(),
+        ]
+    return [
+        BarColumn(bar_width=max(4, min(20, width - 66))),
+        MofNCompleteColumn(),
+        TextColumn(
+            "{task.fields[rate]:.0f}/s fail {task.fields[failed]} "
+            "rej {task.fields[rejected]} best {task.fields[best]}"
+        ),
+        TimeElapsedColumn(),
+    ]
+
+
+def print_summary(console: Console, report: dict[str, Any]) -> None:
+    console.print(
+        f"job {report['job_id']}: {report['state']}, {report['proposals']} proposals, "
+        f"{report['evaluated']} evaluated, {report['rejected']} rejected, "
+        f"{report['failed']} failed, {report['apply_failed']} did not apply, "
+        f"{report['duplicates']} duplicates, {report['wall_s']:.1f} s"
+    )
+    cli_llm.print_usage(console, report)
+    train, test = report["train"], report["test"]
+    columns = [name for name in train if name != "evolved_over_oracle"]
+    if columns == ["evolved"]:  # no baselines (a bundle): the score is the evaluator's own
+        console.print(
+            f"score: initial {_fmt(report.get('initial_score'))}, "
+            f"best {_fmt(report.get('best_score'))}"
+        )
+        console.print(f"best program: {report['best_program_id']}")
+        return
+    table = Table(title="geomean speedup over the initial program (higher is better)")
+    table.add_column("split")
+    for name in columns:
+        table.add_column(name, justify="right")
+    table.add_column("evolved / oracle", justify="right")
+    for split, row in (("train", train), ("test", test)):
+        table.add_row(
+            split, *[_fmt(row.get(name)) for name in columns], _fmt(row.get("evolved_over_oracle"))
+        )
+    console.print(table)
+    console.print(f"best program: {report['best_program_id']}")
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"

@@ -1,0 +1,112 @@
+"""Short human summaries of what ``evaluate`` and ``status`` print without ``--json``.
+
+A screenful at most: the verdict and score, one line per cascade stage (for gemm one line per
+M regime), or a job's state, counts and best program. ``--json`` keeps the full record.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+
+# gemm M regimes (docs/gemm_tiling.md): decode reads the weights, prefill is compute bound.
+REGIMES = (("decode", 1, 16), ("mid", 17, 512), ("prefill", 513, 1 << 31))
+
+
+def print_evaluation(console: Console, result: dict[str, Any]) -> None:
+    """Verdict, score and stages of one program; a failure's reason on one line."""
+    score = "-" if result["score"] is None else f"{result['score']:.4f}"
+    console.print(
+        f"{result['program']} on {result['problem']}: {result['status']}, score {score}",
+        markup=False,
+    )
+    for stage in result["stages"]:
+        verdict = "passed" if stage["passed"] else "failed"
+        stage_score = "" if stage["score"] is None else f" {stage['score']:.4f}"
+        reason = "" if stage["passed"] else f"  {_one_line(stage.get('error') or '')}"
+        console.print(f"  stage {stage['stage']}: {verdict}{stage_score}{reason}", markup=False)
+    if result["status"] != "evaluated":
+        console.print(f"reason: {failure_reason(result)}", markup=False)
+    if "shapes" in result:
+        _print_regimes(console, result)
+    console.print("(--json prints the full record)", style="dim")
+
+
+def failure_reason(result: dict[str, Any]) -> str:
+    """The first failed stage's error, else the evaluation's, as one line."""
+    for stage in result["stages"]:
+        if not stage["passed"] and stage.get("error"):
+            return f"stage {stage['stage']}: {_one_line(stage['error'])}"
+    return _one_line(result.get("error") or result["status"])
+
+
+def _print_regimes(console: Console, result: dict[str, Any]) -> None:
+    rows: Sequence[dict[str, Any]] = result["shapes"]
+    if not rows:
+        if result.get("error"):
+            console.print(f"shapes: not scored ({_one_line(result['error'])})", markup=False)
+        return
+    console.print("time of the best config (oracle) / time chosen, geomean; 1.0 is the oracle:")
+    for name, low, high in REGIMES:
+        chosen = [row for row in rows if low <= row["M"] <= high]
+        if chosen:
+            console.print(f"  {_regime_line(name, chosen)}", markup=False)
+    console.print(
+        f"  all: {result['count']} shapes, {result['launchable']} launchable, "
+        f"evolved {result['evolved_over_oracle']:.3f}, expert {result['expert_over_oracle']:.3f}, "
+        f"speedup over expert {result['speedup_over_expert']:.3f}",
+        markup=False,
+    )
+
+
+def _regime_line(name: str, rows: Sequence[dict[str, Any]]) -> str:
+    evolved = _geomean([row.get("over_oracle", 0.0) for row in rows])
+    expert = _geomean([row["oracle_time_us"] / row["expert_time_us"] for row in rows])
+    launchable = sum(1 for row in rows if row["launchable"])
+    ms = sorted({row["M"] for row in rows})
+    return (
+        f"{name} (M {ms[0]}-{ms[-1]}): {len(rows)} shapes, {launchable} launchable, "
+        f"evolved {evolved:.3f}, expert {expert:.3f}"
+    )
+
+
+def _geomean(values: Sequence[float]) -> float:
+    if not values or min(values) <= 0:
+        return 0.0
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def print_status(console: Console, status: dict[str, Any]) -> None:
+    """A job's state, budget, program counts and best program, in a few lines."""
+    console.print(f"job {status['job_id']} ({status['problem']}): {status['state']}", markup=False)
+    if status.get("error"):
+        console.print(f"  note: {_one_line(status['error'])}", markup=False)
+    console.print(
+        f"  proposals {status['proposals']} of {status['max_proposals']}, "
+        f"{status['wall_s']:.1f} s running",
+        markup=False,
+    )
+    programs = status["programs"]
+    console.print(
+        f"  programs: {programs['evaluated']} evaluated, {programs['rejected']} rejected, "
+        f"{programs['failed']} failed, {programs['pending']} pending",
+        markup=False,
+    )
+    best = status["best_score"]
+    if best is None:
+        console.print("  best: none evaluated yet")
+    else:
+        console.print(f"  best: {best:.4f}, program {status['best_program_id']}", markup=False)
+    console.print("(--json prints every field, the config included)", style="dim")
+
+
+def _one_line(text: str) -> str:
+    """A message as one line: its first, or a traceback's last (the exception), spaces folded."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    traceback = "Traceback" in lines[0] or 'File "' in lines[0]
+    return " ".join((lines[-1] if traceback else lines[0]).split())
