@@ -14,6 +14,7 @@ from codevolve.problems.openevolve import BundleError, load_problem, select_fold
 from codevolve.problems.openevolve.bundle import MAX_BUNDLE_BYTES, MAX_FILE_BYTES, make_bundle
 from codevolve.problems.openevolve.ignore import IGNORE_FILE, decision, parse_rules
 from codevolve.problems.openevolve.references import references
+from codevolve.services.problem_source import load_bundle_problem
 
 INITIAL = "# EVOLVE-BLOCK-START\nX = 1\n# EVOLVE-BLOCK-END\n"
 EVALUATOR = """\
@@ -189,6 +190,8 @@ def test_a_worker_reads_back_every_stored_file(tmp_path: Path) -> None:
     bundle = make_bundle({**files, "notes/extra.txt": b"x", "best_program.py": b"X = 1\n"})
     written = write(tmp_path / bundle.id, dict(bundle.files))
     assert load_problem(written).bundle.id == bundle.id
+    resolved = load_bundle_problem(bundle.id, bundle.files, tmp_path / "cache")
+    assert resolved.name == bundle.name
 
 
 @pytest.mark.parametrize(
