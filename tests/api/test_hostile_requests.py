@@ -157,3 +157,20 @@ async def test_a_deeply_nested_bundle_file_is_a_422(api: Api) -> None:
     messages = {e["loc"][-1]: e["msg"] for e in response.json()["detail"]}
     assert "nested too deeply" in messages["initial_program.py"]
     assert "nested too deeply" in messages["config.yaml"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b"\xff\xfe{}", 422),  # not UTF-8
+        (b"[" * 100_000 + b"]" * 100_000, 400),  # nested past the parser's recursion limit
+        (b'{"problem": ', 422),  # cut short
+        (b"", 422),  # no body at all
+    ],
+)
+async def test_bodies_that_are_not_json_text_are_short_4xx(
+    api: Api, body: bytes, status: int
+) -> None:
+    response = await _post(api, "/api/v1/jobs", body, admin())
+    assert response.status_code == status, response.text
+    assert len(response.content) < 500
