@@ -119,6 +119,14 @@ def test_the_warning_lists_what_was_left_out_largest_first_with_the_total(folder
     assert ".git" not in warning and "venv" not in warning and "pycache" not in warning
 
 
+def test_a_config_of_the_folder_given_with_config_is_not_reported_as_left_out(
+    folder: Path,
+) -> None:
+    selection = select_folder(folder, config=folder / "config_phase_1.yaml")
+    assert selection.bundle.config_text == "max_iterations: 50\n"
+    assert "config_phase_1" not in (selection.warning() or "")
+
+
 def test_nothing_left_out_means_no_warning(tmp_path: Path) -> None:
     folder = write(tmp_path / "p", {k: v for k, v in NEEDED.items()})
     assert select_folder(folder).warning() is None

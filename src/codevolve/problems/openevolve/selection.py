@@ -117,18 +117,28 @@ def select_folder(path: Path, *, config: Path | None = None) -> Selection:
     sizes = _walk(path, rules, ignore_file)
     chosen = _Tracer(path, sizes, rules).chosen()
     _check_caps(chosen, sizes, ignore_file)
-    files = {name: (path / name).read_bytes() for name in chosen}
+    files = {name: _read(path / name) for name in chosen}
+    used = set(chosen)
     if config is not None:
         try:
             files[CONFIG] = config.read_bytes()
         except OSError as exc:
             raise BundleError(f"{config}: cannot read the config file ({exc})") from exc
+        if config.resolve().is_relative_to(path.resolve()):  # bundled as config.yaml
+            used.add(config.resolve().relative_to(path.resolve()).as_posix())
     left = [
         (name, size, reason)
         for name, size in sizes.items()
-        if name not in chosen and (reason := _reason(rules, name)) is not None
+        if name not in used and (reason := _reason(rules, name)) is not None
     ]
     return Selection(make_bundle(files), _grouped(left, chosen), ignore_file)
+
+
+def _read(file: Path) -> bytes:
+    try:
+        return file.read_bytes()
+    except OSError as exc:
+        raise BundleError(f"{file}: cannot be read ({exc.strerror or exc})") from exc
 
 
 def _rules(ignore_file: Path) -> tuple[Rule, ...]:
@@ -209,8 +219,8 @@ class _Tracer:
         try:
             text = (self._root / source).read_text(encoding="utf-8")
             tree = parse_python(text, filename=source)
-        except (SyntaxError, ValueError):
-            return  # make_bundle names a broken evaluator; other files are not followed
+        except (OSError, SyntaxError, ValueError):
+            return  # reading it names an unreadable file, make_bundle a broken evaluator
         parent = posixpath.dirname(source)
         found = references(tree, package=parent.replace("/", "."))
         for module in sorted(found.modules):
