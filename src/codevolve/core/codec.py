@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from codevolve.core.config import SandboxLimits
+from codevolve.core.measurement import Remeasure, Spread, SpreadOver, Verdict
 from codevolve.core.program import CaseResult, Evaluation, ProgramStatus, StageResult
 from codevolve.core.task import Task
 
@@ -22,6 +23,7 @@ def task_to_dict(task: Task) -> dict[str, Any]:
         "capability": task.capability,
         "start_stage": task.start_stage,
         "prior_stages": [stage_to_dict(s) for s in task.prior_stages],
+        "remeasure": task.remeasure,
     }
 
 
@@ -38,6 +40,7 @@ def task_from_dict(data: dict[str, Any]) -> Task:
         capability=str(data.get("capability", "cpu")),
         start_stage=int(data.get("start_stage", 0)),
         prior_stages=tuple(stage_from_dict(s) for s in data.get("prior_stages", [])),
+        remeasure=int(data.get("remeasure", 0)),
     )
 
 
@@ -91,6 +94,7 @@ def evaluation_to_dict(evaluation: Evaluation) -> dict[str, Any]:
         "worker": evaluation.worker,
         "duration_s": evaluation.duration_s,
         "handoff": evaluation.handoff,
+        "remeasure": evaluation.remeasure,
     }
 
 
@@ -103,4 +107,38 @@ def evaluation_from_dict(data: dict[str, Any]) -> Evaluation:
         worker=str(data.get("worker", "")),
         duration_s=float(data.get("duration_s", 0.0)),
         handoff=None if data.get("handoff") is None else str(data["handoff"]),
+        remeasure=int(data.get("remeasure", 0)),
     )
+
+
+def remeasure_to_dict(remeasure: Remeasure) -> dict[str, Any]:
+    spread = remeasure.spread
+    return {
+        "verdict": remeasure.verdict.value,
+        "picked": remeasure.picked,
+        "samples": list(remeasure.samples),
+        "confirmed": remeasure.confirmed,
+        "note": remeasure.note,
+        "spread": None
+        if spread is None
+        else [spread.geomean, spread.gsd, spread.low, spread.median, spread.high, spread.count],
+        "spread_over": None if remeasure.spread_over is None else remeasure.spread_over.value,
+    }
+
+
+def remeasure_from_dict(data: dict[str, Any]) -> Remeasure:
+    spread, over, confirmed = data.get("spread"), data.get("spread_over"), data.get("confirmed")
+    return Remeasure(
+        verdict=Verdict(data["verdict"]),
+        picked=float(data["picked"]),
+        samples=tuple(float(value) for value in data.get("samples", [])),
+        confirmed=None if confirmed is None else float(confirmed),
+        note=None if data.get("note") is None else str(data["note"]),
+        spread=None if spread is None else _spread_from_list(spread),
+        spread_over=None if over is None else SpreadOver(over),
+    )
+
+
+def _spread_from_list(data: list[Any]) -> Spread:
+    geomean, gsd, low, median, high = (float(value) for value in data[:5])
+    return Spread(geomean=geomean, gsd=gsd, low=low, median=median, high=high, count=int(data[5]))

@@ -135,6 +135,13 @@ class RunConfig(_Frozen):
         0, ge=0, description="proposals between resets of the worse half of islands (0: never)"
     )
     max_code_length: int = Field(20000, ge=100, description="longest child accepted, characters")
+    remeasure_samples: int = Field(
+        5,
+        ge=1,
+        le=100,
+        description="independent samples (fresh seeds) a would-be best is re-measured on before "
+        "it becomes the job's best; they are evaluations, not proposals",
+    )
     sandbox: SandboxLimits = SandboxLimits()
     proposer: ProposerConfig = ProposerConfig()
 

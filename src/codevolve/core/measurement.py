@@ -6,7 +6,8 @@ A search that keeps the best of many noisy timings keeps, among other things, th
 picked. A speedup beyond what the hardware allows, or far beyond the best known, is far more often
 a broken measurement or a gamed check (a kernel that skips work, a timer read too early, a cached
 output) than a discovery: it is flagged, never celebrated. Pure functions; the backend that times
-(say the GPU one) calls them.
+(say the GPU one) calls them, and the controller judges each would-be best of a job with
+:func:`judge` before the job reports it.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TypeVar
 
 from codevolve.core.errors import CodevolveError
+from codevolve.core.program import EMPTY, Evaluation
 
 K = TypeVar("K", bound=Hashable)
 
@@ -66,6 +69,29 @@ class Confirmation:
     confirmed: float  # geometric mean of independent samples taken afterwards
     shrink: float  # 1 - confirmed / picked; positive: the pick was lucky
     note: str | None  # why the confirmation should be looked at, or None
+
+
+class Verdict(StrEnum):
+    CONFIRMED = "confirmed"  # every independent sample passed: report ``Remeasure.confirmed``
+    REFUTED = "refuted"  # a sample failed or was rejected: it passed only on lucky inputs
+
+
+class SpreadOver(StrEnum):
+    CASES = "cases"  # per-case speedups over the initial program, costs averaged over samples
+    SAMPLES = "samples"  # the independent samples' scores (a problem without cases)
+
+
+@dataclass(frozen=True, slots=True)
+class Remeasure:
+    """What re-measuring a would-be best on independent samples concluded."""
+
+    verdict: Verdict
+    picked: float  # the score it was picked on
+    samples: tuple[float, ...]  # the scores of the independent samples that passed
+    confirmed: float | None  # the figure to report; None when refuted
+    note: str | None  # the winner's-curse note, or why it was refuted
+    spread: Spread | None = None  # how the confirmed figure is distributed
+    spread_over: SpreadOver | None = None
 
 
 def spread(ratios: Sequence[float]) -> Spread:
@@ -121,6 +147,63 @@ def confirm(
             f"samples ({shrink:.0%} less)"
         )
     return Confirmation(picked=picked, confirmed=confirmed, shrink=shrink, note=note)
+
+
+def judge(
+    picked: float,
+    samples: Sequence[Evaluation],
+    *,
+    baseline_cases: Mapping[str, float] = EMPTY,
+    policy: RemeasurePolicy = DEFAULT_POLICY,
+) -> Remeasure:
+    """The verdict on a program picked at ``picked`` from its independent re-measure ``samples``
+    (evaluations of fresh seeds, in sample order). One that did not pass refutes it.
+
+    The confirmed figure is :func:`confirm`'s geometric mean; where a score is not positive (a
+    problem whose scores may be 0 or negative) it is the arithmetic mean, noted as such. The
+    spread is over per-case speedups against ``baseline_cases`` (case key -> the initial
+    program's cost) where the samples have cases it shares, else over the samples' scores.
+    """
+    scores: list[float] = []
+    note: str | None
+    for index, sample in enumerate(samples, 1):
+        if sample.score is None:
+            why = sample.error or _last_line(sample.feedback) or "no score"
+            reason = f"re-measure sample {index} of {len(samples)} {sample.status.value}: {why}"
+            return Remeasure(Verdict.REFUTED, picked, tuple(scores), None, reason)
+        scores.append(sample.score)
+    if picked > 0 and all(score > 0 for score in scores):
+        outcome = confirm([picked], scores, policy)
+        confirmed, note = outcome.confirmed, outcome.note
+    else:
+        confirmed = sum(scores) / len(scores)
+        note = "scores not all positive: the confirmed figure is their arithmetic mean"
+    summary, over = _spread_of(samples, scores, baseline_cases)
+    return Remeasure(Verdict.CONFIRMED, picked, tuple(scores), confirmed, note, summary, over)
+
+
+def _spread_of(
+    samples: Sequence[Evaluation], scores: Sequence[float], baseline: Mapping[str, float]
+) -> tuple[Spread | None, SpreadOver | None]:
+    costs: dict[str, list[float]] = {}
+    for sample in samples:
+        for case in sample.cases:
+            costs.setdefault(case.key, []).append(case.cost)
+    speedups = [
+        baseline[key] / spread(values).geomean
+        for key, values in costs.items()
+        if baseline.get(key, 0.0) > 0 and len(values) == len(samples) and min(values) > 0
+    ]
+    if speedups:
+        return spread(speedups), SpreadOver.CASES
+    if scores and min(scores) > 0:
+        return spread(scores), SpreadOver.SAMPLES
+    return None, None
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 def flag_suspicious(

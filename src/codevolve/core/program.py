@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:  # measurement imports this module for Evaluation
+    from codevolve.core.measurement import Remeasure
 
 ProgramId: TypeAlias = str  # uuid4 hex
 JobId: TypeAlias = str  # uuid4 hex
@@ -75,6 +78,7 @@ class Evaluation:
     # Set when every stage so far passed and the next one needs a capability this worker lacks
     # ("gpu"): the evaluation is unfinished, and the controller re-enqueues it for that capability.
     handoff: str | None = None
+    remeasure: int = 0  # the task's: 0 for the program's own evaluation, k for a re-measure sample
 
     @property
     def score(self) -> float | None:
@@ -150,3 +154,6 @@ class Program:
     artifacts: Mapping[str, str] = field(default_factory=dict)
     created_at: datetime | None = None
     evaluated_at: datetime | None = None
+    # Set once the program was re-measured as a would-be best of its job (None: never was);
+    # the job's best is the program with the best confirmed figure.
+    remeasure: Remeasure | None = None

@@ -31,6 +31,10 @@ class Task:
     capability: str = "cpu"  # "cpu" or "gpu": the queue a distributed deployment routes it to
     start_stage: int = 0  # index of the first stage to run
     prior_stages: tuple[StageResult, ...] = ()  # results of stages 0 .. start_stage-1
+    # 0: the program's own evaluation. k >= 1: the k-th independent sample of a re-measure (a
+    # winner confirmed on fresh inputs before it is reported), which never changes the program's
+    # own status or figures.
+    remeasure: int = 0
 
 
 def failed_evaluation(task: Task, error: str, *, worker: str) -> Evaluation:
@@ -42,4 +46,5 @@ def failed_evaluation(task: Task, error: str, *, worker: str) -> Evaluation:
         status=ProgramStatus.FAILED,
         stages=(*task.prior_stages, stage),
         worker=worker,
+        remeasure=task.remeasure,
     )

@@ -105,6 +105,7 @@ def run_cascade(
             stages=(guard,),
             worker=worker,
             duration_s=time.perf_counter() - started,
+            remeasure=task.remeasure,
         )
     try:
         for stage in (
@@ -136,6 +137,7 @@ def run_cascade(
         worker=worker,
         duration_s=time.perf_counter() - started,
         handoff=handoff if status is ProgramStatus.EVALUATED else None,
+        remeasure=task.remeasure,
     )
 
 

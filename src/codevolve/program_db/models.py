@@ -71,8 +71,9 @@ class JobRow(Base):
     error: Mapped[str | None]
     proposals: Mapped[int] = mapped_column(default=0)  # proposals recorded (what budgets read)
     wall_s: Mapped[float] = mapped_column(default=0.0)  # seconds running, summed over resumes
-    # No foreign key: jobs and programs would reference each other, and this is a cache of
-    # best_program() that update_job_best() refreshes.
+    # No foreign key: jobs and programs would reference each other. The controller sets it to
+    # the program with the best confirmed figure (programs.confirmed_score) as re-measures land;
+    # update_job_best() refreshes it from best_program() (the best score as picked).
     best_program_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
     best_score: Mapped[float | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -115,6 +116,12 @@ class ProgramRow(Base):
     artifacts: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     evaluated_at: Mapped[datetime | None]
+    # Set once, when a would-be best of the job was re-measured on independent samples (NULL:
+    # never was): the verdict, the confirmed figure the job's best is chosen by, and the rest of
+    # the re-measure (samples, note, spread). A re-measure never changes the columns above.
+    verdict: Mapped[str | None] = mapped_column(String(STATE_LENGTH))
+    confirmed_score: Mapped[float | None]
+    remeasure: Mapped[dict[str, Any] | None]
 
 
 class ProposalRow(Base):

@@ -26,8 +26,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from codevolve.core.codec import case_from_list
+from codevolve.core.codec import case_from_list, remeasure_from_dict, remeasure_to_dict
 from codevolve.core.job import ProgramCounts
+from codevolve.core.measurement import Remeasure, Verdict
 from codevolve.core.program import (
     CaseResult,
     CellKey,
@@ -86,6 +87,7 @@ def to_program(row: ProgramRow | Row[Any] | SimpleNamespace) -> Program:
         artifacts={str(key): str(value) for key, value in row.artifacts.items()},
         created_at=as_utc(row.created_at),
         evaluated_at=None if row.evaluated_at is None else as_utc(row.evaluated_at),
+        remeasure=None if row.remeasure is None else remeasure_from_dict(row.remeasure),
     )
 
 
@@ -295,7 +297,8 @@ def evaluated_program(program: Program, evaluation: Evaluation, cell: CellKey | 
     """The program as :func:`apply_evaluations` leaves its row, read back, without the read:
     the same values through the same conversions (the creation time is this moment's when the
     program has none)."""
-    values = _row_values(program) | _result_values(evaluation, cell)
+    remeasure = None if program.remeasure is None else remeasure_to_dict(program.remeasure)
+    values = _row_values(program) | _result_values(evaluation, cell) | {"remeasure": remeasure}
     return to_program(SimpleNamespace(**values))
 
 
@@ -325,6 +328,28 @@ async def mark_failed(session: AsyncSession, program_id: ProgramId, reason: str)
         update(ProgramRow)
         .where(ProgramRow.id == program_id, ProgramRow.status == ProgramStatus.PENDING.value)
         .values(status=ProgramStatus.FAILED.value, error=reason, evaluated_at=utcnow())
+        .execution_options(**_NO_SYNC)
+    )
+    return _rowcount(result) == 1
+
+
+async def record_remeasure(
+    session: AsyncSession, program_id: ProgramId, remeasure: Remeasure
+) -> bool:
+    """Record the re-measure of an evaluated program, once; False if it already has one (or is
+    not evaluated). Its own status and figures stay as they are."""
+    result = await session.execute(
+        update(ProgramRow)
+        .where(
+            ProgramRow.id == program_id,
+            ProgramRow.status == ProgramStatus.EVALUATED.value,
+            ProgramRow.verdict.is_(None),
+        )
+        .values(
+            verdict=remeasure.verdict.value,
+            confirmed_score=finite_or_none(remeasure.confirmed),
+            remeasure=remeasure_to_dict(remeasure),
+        )
         .execution_options(**_NO_SYNC)
     )
     return _rowcount(result) == 1
@@ -394,6 +419,59 @@ async def best_program(session: AsyncSession, job_id: JobId) -> Program | None:
         .limit(1),
     )
     return programs[0] if programs else None
+
+
+async def remeasure_candidates(
+    session: AsyncSession,
+    job_id: JobId,
+    *,
+    above: float | None,
+    exclude: Sequence[ProgramId] = (),
+    limit: int,
+) -> list[Program]:
+    """Would-be bests waiting for their re-measure: evaluated programs never re-measured whose
+    score beats ``above`` (the job's confirmed best; None: any score), best first, at most
+    ``limit``. Programs of ``exclude`` (re-measures in flight) are left out. One walk down the
+    (job, status, score) index."""
+    query = select(ProgramRow).where(
+        ProgramRow.job_id == job_id,
+        ProgramRow.status == ProgramStatus.EVALUATED.value,
+        ProgramRow.score.is_not(None),
+        ProgramRow.verdict.is_(None),
+    )
+    if above is not None:
+        query = query.where(ProgramRow.score > above)
+    if exclude:
+        query = query.where(ProgramRow.id.not_in(list(exclude)))
+    order = query.order_by(ProgramRow.score.desc(), ProgramRow.proposal_index)
+    return await _programs(session, order.limit(max(limit, 0)))
+
+
+async def confirmed_best(session: AsyncSession, job_id: JobId) -> Program | None:
+    """The program with the best confirmed figure (the job's best); the earliest proposal wins
+    a tie. None while no re-measure confirmed one."""
+    programs = await _programs(
+        session,
+        select(ProgramRow)
+        .where(
+            ProgramRow.job_id == job_id,
+            ProgramRow.verdict == Verdict.CONFIRMED.value,
+            ProgramRow.confirmed_score.is_not(None),
+        )
+        .order_by(ProgramRow.confirmed_score.desc(), ProgramRow.proposal_index)
+        .limit(1),
+    )
+    return programs[0] if programs else None
+
+
+async def remeasure_counts(session: AsyncSession, job_id: JobId) -> dict[Verdict, int]:
+    """Programs re-measured per verdict; verdicts that never happened are absent."""
+    rows = await session.execute(
+        select(ProgramRow.verdict, func.count())
+        .where(ProgramRow.job_id == job_id, ProgramRow.verdict.is_not(None))
+        .group_by(ProgramRow.verdict)
+    )
+    return {Verdict(str(verdict)): int(count) for verdict, count in rows}
 
 
 async def list_programs(

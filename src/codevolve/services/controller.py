@@ -18,6 +18,10 @@ batched so that it does not grow with them:
 - results are read and applied in batches: one guarded UPDATE for all of them, and the archive
   statements only for the programs that change it.
 
+The job's best is confirmed before it is reported: a program that beats the confirmed best is
+re-measured on fresh seeds (:mod:`.remeasures`), and only its confirmed figure can make it the
+job's best; the archive and the prompts go on using the scores programs were picked on.
+
 The database is touched by one transaction at a time (SQLite allows one writer).
 """
 
@@ -39,6 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 
 from codevolve.core.diff import ApplyFailure
 from codevolve.core.job import Job, JobState
+from codevolve.core.measurement import RemeasurePolicy, Verdict, judge
 from codevolve.core.problem import Problem
 from codevolve.core.program import CellKey, Evaluation, Program, ProgramId, ProgramStatus
 from codevolve.core.prompt import BestCase, ProgramView, Prompt, ProposalStatus
@@ -51,6 +56,7 @@ from codevolve.prompt_sampler.builder import build_prompt
 from codevolve.proposers.base import Proposer
 from codevolve.services.proposal_ledger import ProposalLedger
 from codevolve.services.proposal_pool import ProposalPool, Settled, content_hash
+from codevolve.services.remeasures import Remeasures
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +78,8 @@ class Progress:
     rejected: int = 0
     apply_failed: int = 0
     duplicates: int = 0
-    best_score: float | None = None
+    remeasured: int = 0  # re-measure samples applied in this process (not proposals)
+    best_score: float | None = None  # the job's best as confirmed on independent samples
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -168,6 +175,9 @@ class Controller:
         self._final_state = JobState.DONE
         self._error: str | None = None
         self.progress = Progress(max_proposals=self._config.max_proposals)
+        policy = RemeasurePolicy(samples=self._config.remeasure_samples)
+        self._remeasures = Remeasures(job.id, self._config, policy)
+        self._baseline_cases: dict[str, float] | None = None  # the initial program's, per case
 
     @property
     def job(self) -> Job:
@@ -209,8 +219,9 @@ class Controller:
             )
             if seeded is None:
                 pending = [await self._insert_initial(session)]
-            best = await repository.best_program(session, self._job.id)
-            self.progress.best_score = best.score if best else None
+            best = await repository.confirmed_best(session, self._job.id)
+            confirmed = None if best is None or best.remeasure is None else best.remeasure.confirmed
+            self.progress.best_score = confirmed
             self._best_cases = await repository.best_cases(session, self._job.id)
             self._ledger.warm_start(await repository.proposal_usage(session, self._job.id))
             self._mirror = await self._load_archive(session)
@@ -218,6 +229,7 @@ class Controller:
             await self._enqueue(program)
         if pending:
             log.info("job %s: %d pending program(s) enqueued", self._job.id, len(pending))
+        await self._remeasure_more()  # those a crash interrupted
         return count, next_index
 
     async def _enqueue_stranded(self) -> None:
@@ -229,14 +241,17 @@ class Controller:
                 await self._enqueue(program)
 
     async def requeue_pending(self) -> int:
-        """Enqueue every pending program again, e.g. after the queue lost its tasks (Redis
-        restarted empty); returns how many. A result that also arrives is applied once."""
+        """Enqueue every pending program and every re-measure sample not landed again, e.g.
+        after the queue lost its tasks (Redis restarted empty); returns how many tasks. A
+        result that also arrives is applied once."""
         async with self._transaction() as session:
             pending = await repository.pending_programs(session, self._job.id)
         for program in pending:
             flight = self._in_flight.get(program.id)
             await self._enqueue(program, holds_slot=flight is not None and flight.holds_slot)
-        return len(pending)
+        outstanding = self._remeasures.outstanding()
+        await self._queue.submit_many(outstanding)
+        return len(pending) + len(outstanding)
 
     async def _insert_initial(self, session: AsyncSession) -> Program:
         source = self._problem.initial_program
@@ -567,6 +582,11 @@ class Controller:
     async def _hand_on(self, evaluation: Evaluation) -> None:
         """Enqueue the rest of a cascade that a worker could not run (a GPU stage) for a worker
         with the capability it needs; the stages already run travel with the task."""
+        if evaluation.remeasure:
+            handed = self._remeasures.hand_on(evaluation)
+            if handed is not None:
+                await self._queue.submit(handed)
+            return
         flight = self._in_flight.get(evaluation.program_id)
         if flight is None or flight.task is None or evaluation.handoff is None:
             log.info("program %s: hand-off of a task no longer in flight", evaluation.program_id)
@@ -611,9 +631,9 @@ class Controller:
 
     async def _consume_results(self) -> None:
         """Apply results until every proposal is resolved and nothing is in flight."""
-        while not (self._stop_proposing.is_set() and not self._in_flight):
+        while not self._nothing_awaited():
             evaluations = await self._next_results()
-            if not evaluations and self._stop_proposing.is_set() and not self._in_flight:
+            if not evaluations and self._nothing_awaited():
                 # A proposal broken between inserting its child and enqueueing it (a database
                 # restart) leaves the child pending with no task: send it before ending.
                 await self._enqueue_stranded()
@@ -641,18 +661,31 @@ class Controller:
         """Stop a read that waits for results when none can come (the run is over and nothing
         is in flight), rather than let it wait out its poll. A result it had read anyway is
         for no program in flight, so applying it would change nothing."""
-        if self._stop_proposing.is_set() and not self._in_flight and self._result_read:
+        if self._nothing_awaited() and self._result_read:
             self._result_read.cancel()
 
+    def _nothing_awaited(self) -> bool:
+        """The run is over and no result it waits for can come. A run that ends done waits for
+        its re-measures (its report names a confirmed best); a paused, cancelled or failed one
+        leaves them to the resume, which finds them in the database."""
+        remeasuring = bool(self._remeasures) and self._final_state is JobState.DONE
+        return self._stop_proposing.is_set() and not self._in_flight and not remeasuring
+
     async def _apply(self, evaluations: Sequence[Evaluation]) -> None:
-        finals = []
+        finals, samples = [], []
         for evaluation in evaluations:
             if evaluation.handoff is not None:  # unfinished: the next stage runs elsewhere
                 await self._hand_on(evaluation)
+            elif evaluation.remeasure:
+                samples.append(evaluation)
             else:
                 finals.append(evaluation)
-        if not finals:
-            return
+        if samples:
+            await self._apply_samples(samples)
+        if finals:
+            await self._apply_programs(finals)
+
+    async def _apply_programs(self, finals: Sequence[Evaluation]) -> None:
         flights: dict[ProgramId, _InFlight | None] = {}
         for evaluation in finals:  # a program twice in the batch (a duplicate delivery): pop once
             if evaluation.program_id not in flights:
@@ -678,6 +711,8 @@ class Controller:
             self._ledger.evaluated(evaluation)
             if program.parent_id is None and evaluation.status is not ProgramStatus.EVALUATED:
                 self._fail(f"the initial program did not pass: {evaluation.error or 'rejected'}")
+        if any(self._beats_best(evaluation.score) for _p, evaluation, _c in applied.values()):
+            await self._remeasure_more()  # before the slots go back: the run's end waits for it
         for flight in flights.values():
             if flight is not None and flight.holds_slot:
                 self._slots.release()
@@ -698,7 +733,6 @@ class Controller:
         self._mirror = mirror
         improved_cases: list[BestCase] = []
         elites: dict[ProgramId, Program] = {}  # as evaluated, for the prompts that show them
-        best: tuple[ProgramId, float] | None = None
         for program, evaluation, cell in applied:
             for case in evaluation.cases:
                 held = self._best_cases.get(case.key)
@@ -734,16 +768,78 @@ class Controller:
                     log.warning("job %s: archive changed outside; reloading", self._job.id)
                     self._mirror = None
                 elites[program.id] = repository.evaluated_program(program, evaluation, cell)
-            if self.progress.best_score is None or score > self.progress.best_score:
-                self.progress.best_score = score
-                best = (program.id, score)
         if improved_cases:
             await repository.record_best_cases(session, self._job.id, improved_cases)
-        if best is not None:
-            await repository.set_job_best(session, self._job.id, *best)
         if elites:
             self._cache(list(elites.values()))
             self._archive_changed.set()
+
+    # ------------------------------------------------------------ re-measures
+
+    def _beats_best(self, score: float | None) -> bool:
+        best = self.progress.best_score
+        return score is not None and (best is None or score > best)
+
+    async def _remeasure_more(self) -> None:
+        """Start the re-measures of the best would-be bests (programs never re-measured that
+        beat the confirmed best), while fewer than the policy's ``top_k`` run."""
+        free = self._remeasures.free
+        if free == 0 or self._final_state is not JobState.DONE:
+            return
+        async with self._transaction() as session:
+            candidates = await repository.remeasure_candidates(
+                session,
+                self._job.id,
+                above=self.progress.best_score,
+                exclude=self._remeasures.program_ids(),
+                limit=free,
+            )
+        tasks = [task for program in candidates for task in self._remeasures.start(program)]
+        try:
+            await self._queue.submit_many(tasks)
+        except BaseException:  # not sent: the next call finds them in the database again
+            for program in candidates:
+                self._remeasures.drop(program.id)
+            raise
+
+    async def _apply_samples(self, samples: Sequence[Evaluation]) -> None:
+        """Record re-measure samples; judge each program whose samples are all in, and move the
+        job's best to it if its confirmed figure is the best."""
+        self.progress.remeasured += len(samples)
+        landed = [done for sample in samples if (done := self._remeasures.land(sample))]
+        for program, results in landed:
+            picked = program.score if program.score is not None else 0.0
+            verdict = judge(
+                picked,
+                results,
+                baseline_cases=await self._baseline(),
+                policy=self._remeasures.policy,
+            )
+            confirmed = verdict.confirmed if verdict.verdict is Verdict.CONFIRMED else None
+            best = confirmed is not None and self._beats_best(confirmed)
+            async with self._transaction() as session:
+                recorded = await repository.record_remeasure(session, program.id, verdict)
+                if recorded and best and confirmed is not None:
+                    await repository.set_job_best(session, self._job.id, program.id, confirmed)
+            if recorded and best:
+                self.progress.best_score = confirmed
+            if verdict.note:
+                log.info("job %s program %s: %s", self._job.id, program.id, verdict.note)
+        if landed:
+            await self._remeasure_more()
+
+    async def _baseline(self) -> dict[str, float]:
+        """The initial program's cost per case: what per-case speedups are measured against."""
+        if self._baseline_cases is None:
+            async with self._transaction() as session:
+                found = await repository.find_program_by_hash(
+                    session, self._job.id, content_hash(self._problem.initial_program)
+                )
+                initial = None if found is None else await repository.get_program(session, found)
+            if initial is None or initial.status is not ProgramStatus.EVALUATED:
+                return {}
+            self._baseline_cases = {case.key: case.cost for case in initial.cases}
+        return self._baseline_cases
 
     def _count(self, evaluation: Evaluation) -> None:
         if evaluation.status is ProgramStatus.EVALUATED:

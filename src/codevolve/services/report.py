@@ -1,4 +1,8 @@
-"""The end-of-run report: counts, budgets used, and the best program against the baselines."""
+"""The end-of-run report: counts, budgets used, and the best program against the baselines.
+
+The best program is the job's confirmed best: ``best_score`` is its figure on independent
+samples, beside ``best_picked_score`` (the figure it was picked on), ``best_note`` and
+``best_spread``; its train and test rows are its own evaluation's figures."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from codevolve.core.problem import TRAIN_SCORE, Problem
 from codevolve.core.prompt import ProposalStatus
 from codevolve.program_db import repository
 from codevolve.services.usage_views import job_usage
+from codevolve.services.views import job_best
 
 HELDOUT_SCORE = "score"  # the held-out metric that mirrors a program's score on the held-out split
 
@@ -21,7 +26,12 @@ async def build_report(session: AsyncSession, job_id: str, problem: Problem) -> 
         raise LookupError(f"no job {job_id}")
     counts = await repository.program_counts(session, job_id)
     proposals = await repository.proposal_counts(session, job_id)
-    best = await repository.best_program(session, job_id)
+    # The job's best is the program with the best figure confirmed on independent samples.
+    best = (
+        None
+        if job.best_program_id is None
+        else await repository.get_program(session, job.best_program_id)
+    )
     # The seed program has proposal index -1, so it comes first in proposal order.
     first = await repository.list_programs(session, job_id, limit=1, order="index")
     initial = first[0] if first and first[0].parent_id is None else None
@@ -41,8 +51,7 @@ async def build_report(session: AsyncSession, job_id: str, problem: Problem) -> 
         "wall_s": round(job.wall_s, 3),
         "initial_program_id": initial.id if initial else None,
         "initial_score": initial.score if initial else None,
-        "best_program_id": best.id if best else None,
-        "best_score": best.score if best else None,
+        **await job_best(session, job),  # best_program_id, best_score (confirmed), best_spread...
         "max_cost_usd": job.config.proposer.max_cost_usd,
         **await job_usage(session, job_id),  # tokens_in, tokens_out, cost_usd, by_proposer, ...
     }

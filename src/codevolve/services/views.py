@@ -6,6 +6,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from codevolve.core.job import Job
+from codevolve.core.measurement import Remeasure, Spread
 from codevolve.core.program import Program
 from codevolve.program_db import repository
 
@@ -31,6 +33,60 @@ def program_summary(program: Program) -> dict[str, Any]:
         "feedback": program.feedback,
         "created_at": program.created_at.isoformat() if program.created_at else None,
         "evaluated_at": program.evaluated_at.isoformat() if program.evaluated_at else None,
+        "remeasure": None if program.remeasure is None else remeasure_summary(program.remeasure),
+    }
+
+
+def spread_summary(spread: Spread) -> dict[str, Any]:
+    return {
+        "geomean": spread.geomean,
+        "gsd": spread.gsd,
+        "low": spread.low,
+        "median": spread.median,
+        "high": spread.high,
+        "count": spread.count,
+        "text": str(spread),
+    }
+
+
+def remeasure_summary(remeasure: Remeasure) -> dict[str, Any]:
+    """A program's re-measure: the verdict, the figure it was picked on and the confirmed one,
+    the note (winner's curse, or why it was refuted) and the spread."""
+    return {
+        "verdict": remeasure.verdict.value,
+        "picked": remeasure.picked,
+        "confirmed": remeasure.confirmed,
+        "samples": list(remeasure.samples),
+        "note": remeasure.note,
+        "spread": None if remeasure.spread is None else spread_summary(remeasure.spread),
+        "spread_over": None if remeasure.spread_over is None else remeasure.spread_over.value,
+    }
+
+
+async def job_best(session: AsyncSession, job: Job) -> dict[str, Any]:
+    """The job's best as confirmed on independent samples (``best_*`` keys), and how many
+    would-be bests were re-measured: ``best_score`` is the confirmed figure,
+    ``best_picked_score`` the one the program was picked on."""
+    best = (
+        None
+        if job.best_program_id is None
+        else await repository.get_program(session, job.best_program_id)
+    )
+    remeasure = None if best is None else best.remeasure
+    counts = await repository.remeasure_counts(session, job.id)
+    return {
+        "best_program_id": job.best_program_id,
+        "best_score": job.best_score,
+        "best_picked_score": None if best is None else best.score,
+        "best_note": None if remeasure is None else remeasure.note,
+        "best_spread": None
+        if remeasure is None or remeasure.spread is None
+        else spread_summary(remeasure.spread),
+        "best_spread_over": None
+        if remeasure is None or remeasure.spread_over is None
+        else remeasure.spread_over.value,
+        "remeasured": {verdict.value: n for verdict, n in counts.items()},
+        "remeasure_samples": job.config.remeasure_samples,
     }
 
 
@@ -55,7 +111,6 @@ async def job_status(session: AsyncSession, job_id: str) -> dict[str, Any]:
             "rejected": counts.rejected,
         },
         "wall_s": job.wall_s,
-        "best_program_id": job.best_program_id,
-        "best_score": job.best_score,
+        **await job_best(session, job),  # best_program_id, best_score (confirmed), best_spread...
         "config": job.config.model_dump(),
     }
