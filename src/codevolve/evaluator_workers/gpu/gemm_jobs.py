@@ -9,6 +9,7 @@ Payloads and replies are plain data:
 - ``gemm.precompile``: ``{"configs": [[bm, bn, bk, warps, stages, group_m], ...],
   "workers": int}`` -> ``{"errors": {"bm,bn,...": message}}``; compiles in parallel processes
   into Triton's disk cache, so the first measurement of each config only loads it.
+- ``kernel.measure``: a candidate's own kernel module checked and timed (kernel_jobs.py).
 """
 
 from __future__ import annotations
@@ -93,8 +94,18 @@ def shutdown() -> None:
         _bench().close()
 
 
+def _kernel_measure(payload: Any) -> Any:
+    from codevolve.evaluator_workers.gpu import kernel_jobs  # loads candidates: only when asked
+
+    try:
+        return kernel_jobs.measure(payload)
+    except kernel_jobs.KernelJobError as exc:
+        raise JobError(str(exc)) from exc
+
+
 JOBS: dict[str, Callable[[Any], Any]] = {
     "info": _info,
     "gemm.measure": _measure,
     "gemm.precompile": _precompile,
+    "kernel.measure": _kernel_measure,
 }

@@ -1,0 +1,265 @@
+"""gemm-kernel-gpu on a real GPU: kernel variants per regime, and whole programs vs cuBLAS.
+
+Runs the trusted harness (evaluator_workers/gpu/kernel_bench.py) in this process: every program
+is checked on fresh inputs, then timed against cuBLAS with cold L2, alternating, medians.
+
+    python bench/gpu_kernel.py variants --out variants.json [--samples 10]
+        Each candidate launch (a variant with one parameter set) as the whole program's dispatch,
+        on its regime's 88-grid shapes; then the program that takes, per regime, the candidate
+        with the best geomean over that regime's *train* shapes (selection never sees test), and
+        the initial program, both on all 88 shapes. Writes the composed program to --program.
+    python bench/gpu_kernel.py compose --variants variants.json --program composed.py
+        (no GPU) A program from a variants run's measurements, chosen on train shapes only: per
+        regime the launch with the best train geomean (the initial program's tiled kernel among
+        them) as the regime's rule, then per projection a rule for a launch that beats that on
+        the projection's train shapes of the regime by PROJECTION_GAIN.
+    python bench/gpu_kernel.py evaluate PROGRAM... [--samples 30] [--out evaluate.json]
+        Programs on all 88 shapes, per regime and split: vs cuBLAS and vs the first program.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from codevolve.problems.gemm_kernel_gpu.kernel_source import (
+    REGIME_TESTS,
+    VARIANTS,
+    add_rule,
+    apply_hunks,
+    initial_program,
+)
+from codevolve.problems.gemm_tiling.shapes import GemmShape, all_shapes, train_shapes
+
+# Per regime: (variant, parameters) candidates, chosen from the tutorial and the measured
+# oracle's configs (docs/results-gpu.md), to show what each kernel family can reach.
+CANDIDATES: dict[str, list[tuple[str, tuple[int, ...]]]] = {
+    "decode": [
+        ("split_k", (16, 64, 128, 4, 4, 2)),
+        ("split_k", (16, 64, 128, 4, 4, 4)),
+        ("split_k", (16, 64, 128, 4, 4, 8)),
+        ("split_k", (16, 128, 128, 4, 4, 4)),
+        ("split_k", (16, 32, 128, 2, 5, 4)),
+        ("tma", (64, 64, 128, 4, 5, 1)),
+        ("persistent", (16, 64, 128, 4, 5, 1)),
+    ],
+    "mid": [
+        ("split_k", (32, 64, 128, 4, 4, 2)),
+        ("split_k", (64, 64, 128, 4, 4, 2)),
+        ("tma", (64, 128, 64, 4, 4, 8)),
+        ("tma", (128, 128, 64, 4, 4, 8)),
+        ("tma", (64, 64, 128, 4, 4, 1)),
+        ("persistent", (64, 128, 64, 4, 4, 8)),
+        ("tma_persistent", (128, 128, 64, 8, 4, 8, 1)),
+    ],
+    "prefill": [
+        ("tma", (128, 128, 64, 4, 4, 8)),
+        ("tma", (128, 256, 64, 8, 3, 8)),
+        ("tma", (128, 128, 64, 8, 4, 8)),
+        ("persistent", (128, 128, 64, 4, 3, 8)),
+        ("tma_persistent", (128, 256, 64, 8, 3, 8, 0)),
+        ("tma_persistent", (128, 256, 64, 8, 3, 8, 1)),
+        ("tma_persistent", (128, 128, 64, 8, 4, 8, 1)),
+        ("tma_persistent", (128, 128, 64, 4, 4, 8, 1)),
+    ],
+}
+
+
+PROJECTION_GAIN = 1.05  # geomean over the projection's train shapes in the regime
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def program_with(rules: list[tuple[str, str, tuple[int, ...]]]) -> str:
+    """The initial program with dispatch rules (condition, variant, args), the first on top."""
+    source = initial_program()
+    for condition, name, args in reversed(rules):
+        hunks = add_rule(source, condition, VARIANTS[name], args)
+        if hunks is None:
+            raise SystemExit(f"cannot add {name} {args} under {condition}")
+        source = apply_hunks(source, hunks)
+    return source
+
+
+class Runner:
+    """The harness in this process (torch and Triton imported here: compose needs neither)."""
+
+    def __init__(self, samples: int, seed: int) -> None:
+        import torch
+
+        from codevolve.evaluator_workers.gpu.gemm_bench import device_info
+        from codevolve.evaluator_workers.gpu.kernel_bench import KernelBench
+        from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader
+
+        self.device = device_info()
+        self.bench = KernelBench()
+        self.loader = KernelLoader()
+        self.samples = samples
+        self.gen = torch.Generator(device="cuda")
+        self.gen.manual_seed(seed)
+
+    def measure(self, source: str, shapes: list[GemmShape]) -> dict[str, Any]:
+        """Per shape key: {"ratio": t_cublas / t, "t_us", "cublas_us"} or {"error": ...}."""
+        started = time.perf_counter()
+        launch = self.loader.load(source)
+        if not callable(launch):
+            return {"error": launch.message}
+        out: dict[str, Any] = {}
+        for shape in shapes:
+            dims = (shape.m, shape.n, shape.k)
+            problem = self.bench.check(launch, dims, self.gen)
+            if problem:
+                return {"error": f"{shape.projection} M={shape.m}: {problem}"}
+        compiled = time.perf_counter()
+        for shape in shapes:
+            dims = (shape.m, shape.n, shape.k)
+            timing = self.bench.time(launch, dims, self.gen, samples=self.samples)
+            if timing.status != "ok":
+                return {"error": f"{shape.projection} M={shape.m}: {timing.detail}"}
+            out[f"{shape.projection} M={shape.m}"] = {
+                "ratio": timing.cublas_us / timing.t_us,
+                "t_us": timing.t_us,
+                "cublas_us": timing.cublas_us,
+            }
+        out["_seconds"] = {"check": compiled - started, "time": time.perf_counter() - compiled}
+        return out
+
+
+def summary(results: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, float]:
+    """Geomean vs cuBLAS (and vs ``base``) per regime and split over the measured shapes."""
+    train = {f"{s.projection} M={s.m}" for s in train_shapes()}
+    regime_of = {f"{s.projection} M={s.m}": s.regime for s in all_shapes()}
+    rows: dict[str, float] = {}
+    keys = [k for k in results if not k.startswith("_")]
+    groups = {"all": keys, "train": [k for k in keys if k in train]}
+    groups["test"] = [k for k in keys if k not in train]
+    for regime in ("decode", "mid", "prefill"):
+        groups[regime] = [k for k in keys if regime_of[k] == regime]
+    for name, members in groups.items():
+        rows[f"vs_cublas.{name}"] = _geomean([results[k]["ratio"] for k in members])
+        if base is not None:
+            ratios = [results[k]["ratio"] / base[k]["ratio"] for k in members if k in base]
+            rows[f"vs_base.{name}"] = _geomean(ratios)
+    rows["min_vs_cublas"] = min((results[k]["ratio"] for k in keys), default=math.nan)
+    return rows
+
+
+def variants(args: argparse.Namespace) -> None:
+    runner = Runner(args.samples, args.seed)
+    report: dict[str, Any] = {"device": runner.device, "candidates": {}}
+    chosen: list[tuple[str, str, tuple[int, ...]]] = []
+    for regime, candidates in CANDIDATES.items():
+        shapes = [s for s in all_shapes() if s.regime == regime]
+        train = {f"{s.projection} M={s.m}" for s in train_shapes()}
+        best: tuple[float, str, tuple[int, ...]] | None = None
+        for name, params in candidates:
+            source = program_with([("True", name, params)])
+            result = runner.measure(source, shapes)
+            label = f"{regime} {name} {params}"
+            report["candidates"][label] = result
+            if "error" in result:
+                print(f"{label}: FAILED {result['error'][:300]}", flush=True)
+                continue
+            score = _geomean([v["ratio"] for k, v in result.items() if k in train])
+            rows = summary(result)
+            print(
+                f"{label}: train {score:.3f} all {rows['vs_cublas.all']:.3f} "
+                f"min {rows['min_vs_cublas']:.3f} {result['_seconds']}",
+                flush=True,
+            )
+            if best is None or score > best[0]:
+                best = (score, name, params)
+        if best is not None:
+            chosen.append((REGIME_TESTS[regime], best[1], best[2]))
+    composed = program_with(chosen)
+    Path(args.program).write_text(composed)
+    report["chosen"] = [list(c) for c in chosen]
+    _evaluate([initial_program(), composed], ["initial", "composed"], runner, report)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+
+
+def compose(args: argparse.Namespace) -> None:
+    report = json.loads(Path(args.variants).read_text())
+    initial = report["programs"]["initial"]
+    train = [s for s in train_shapes()]
+    rules: list[tuple[str, str, tuple[int, ...]]] = []
+    for regime, candidates in CANDIDATES.items():
+        launches: dict[tuple[str, tuple[int, ...]] | None, dict[str, Any]] = {None: initial}
+        for name, params in candidates:
+            result = report["candidates"].get(f"{regime} {name} {params}", {"error": "missing"})
+            if "error" not in result:
+                launches[(name, params)] = result
+        in_regime = [f"{s.projection} M={s.m}" for s in train if s.regime == regime]
+
+        def score(result: dict[str, Any], keys: list[str]) -> float:
+            return _geomean([result[k]["ratio"] for k in keys])
+
+        default = max(launches, key=lambda launch: score(launches[launch], in_regime))
+        specific = []
+        for projection in dict.fromkeys(s.projection for s in train if s.regime == regime):
+            keys = [k for k in in_regime if k.startswith(projection + " ")]
+            best = max(launches, key=lambda launch: score(launches[launch], keys))
+            gain = score(launches[best], keys) / score(launches[default], keys)
+            if best != default and gain >= PROJECTION_GAIN and best is not None:
+                n, k = next((s.n, s.k) for s in train if s.projection == projection)
+                test = f"{REGIME_TESTS[regime]} and N == {n} and K == {k}"
+                specific.append((test, best[0], best[1]))
+                print(f"{regime} {projection}: {best} ({gain:.2f}x the regime's choice)")
+        print(f"{regime}: {default or 'the tiled kernel (initial)'}")
+        if default is not None:
+            rules.append((REGIME_TESTS[regime], default[0], default[1]))
+        rules = specific + rules
+    Path(args.program).write_text(program_with(rules))
+
+
+def _evaluate(sources: list[str], names: list[str], runner: Runner, report: dict[str, Any]) -> None:
+    shapes = list(all_shapes())
+    results = {name: runner.measure(src, shapes) for name, src in zip(names, sources, strict=True)}
+    report["programs"] = results
+    base = results[names[0]]
+    for name in names:
+        if "error" in results[name]:
+            print(f"{name}: FAILED {results[name]['error'][:300]}")
+            continue
+        rows = summary(results[name], None if "error" in base else base)
+        report.setdefault("summary", {})[name] = rows
+        print(name, " ".join(f"{k}={v:.3f}" for k, v in rows.items()), flush=True)
+
+
+def evaluate(args: argparse.Namespace) -> None:
+    runner = Runner(args.samples, args.seed)
+    report: dict[str, Any] = {"device": runner.device}
+    sources = [Path(p).read_text() for p in args.programs]
+    _evaluate(sources, [Path(p).stem for p in args.programs], runner, report)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    one = sub.add_parser("variants")
+    one.add_argument("--out", default="variants.json")
+    one.add_argument("--program", default="composed.py")
+    one.add_argument("--samples", type=int, default=10)
+    one.add_argument("--seed", type=int, default=0)
+    two = sub.add_parser("evaluate")
+    two.add_argument("programs", nargs="+")
+    two.add_argument("--out", default="evaluate.json")
+    two.add_argument("--samples", type=int, default=30)
+    two.add_argument("--seed", type=int, default=1)
+    three = sub.add_parser("compose")
+    three.add_argument("--variants", required=True)
+    three.add_argument("--program", default="composed.py")
+    args = parser.parse_args()
+    {"variants": variants, "evaluate": evaluate, "compose": compose}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""The trusted harness that checks and times a candidate's GEMM kernel against cuBLAS.
+
+The candidate is a launch function ``matmul(x, w, y, workspace, num_sms)`` that must write
+``y = x @ w.T`` (x [M, K], w [N, K], y [M, N], bf16; fp32 accumulation) using only ``workspace``
+(fp32, at least :func:`workspace_elements` elements, contents undefined) as scratch. The harness
+owns every buffer, the stream, the clocks and the reference; what each check catches:
+
+- a wrong result: fresh inputs from three distributions (normal, uniform, small integers, the
+  last bit-exact since fp32 accumulation is exact there), each time into an output prefilled with
+  NaN inside a NaN guard band: every element written, finite, within bf16 tolerance;
+- writes outside the output (the guard rows of y and of the workspace keep their NaN) and writes
+  to the inputs (x and w compared with copies after the launch);
+- reads of uninitialised memory: the workspace is poisoned with NaN before every launch, so a
+  split-K that accumulates into scratch it did not clear produces NaN;
+- work moved off the timed stream or onto another thread: the output is compared on the timed
+  stream right after the call returns, without a device-wide synchronisation, so work still
+  running elsewhere leaves NaN behind; and a call that leaves a new thread alive fails;
+- results cached across calls: every timed round draws fresh inputs into the same buffers, and
+  each round's timed output is compared (on a fresh random sample of rows) with the output of the
+  cuBLAS call timed in the same round.
+
+Timing is gemm_bench's protocol: GPU kept busy before each shape, cold L2 (a flush of at least
+256 MiB before each timed launch), CUDA events, candidate and cuBLAS alternating, medians. A
+kernel that hangs is ended by the device process's timeout (the process is recycled).
+
+Imported only in the device process (needs torch and Triton).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from codevolve.evaluator_workers.gpu.gemm_bench import (
+    ATOL_OF_RMS,
+    FLUSH_MIN_BYTES,
+    RTOL,
+    SHAPE_WARMUP_S,
+    WARMUP_FLUSHES,
+    WARMUP_LAUNCHES,
+    Shape,
+    Timing,
+)
+from codevolve.evaluator_workers.gpu.kernel_loader import Launch
+
+GUARD_ROWS = 1  # NaN rows above and below y
+WORKSPACE_GUARD = 4096  # NaN elements after the workspace
+CHECKED_ROWS = 64  # rows of each timed output compared with cuBLAS's
+MIN_WORKSPACE = 1 << 24  # elements (64 MiB of fp32)
+# A measurement whose cuBLAS median is this much above the fastest cuBLAS median this process has
+# seen for the shape is taken again (up to RETRIES times): on the H200, rounds of a few
+# microseconds sometimes ran 3x slower for cuBLAS and candidate alike (clock drops), and the
+# ratio of two such times is not the ratio of the kernels.
+SLOW_CUBLAS = 1.2
+RETRIES = 2
+
+
+class CandidateFault(Exception):
+    """The candidate's host code raised (a Python error, a Triton compile error); a result."""
+
+
+def workspace_elements(m: int, n: int) -> int:
+    """fp32 scratch a candidate may use: four partial outputs, and at least 64 MiB."""
+    return max(4 * m * n, MIN_WORKSPACE)
+
+
+@dataclass(slots=True)
+class _Buffers:
+    """One shape's buffers: inputs, the guarded output and the guarded workspace."""
+
+    x: torch.Tensor
+    w: torch.Tensor
+    guarded_y: torch.Tensor
+    guarded_ws: torch.Tensor
+
+    @property
+    def y(self) -> torch.Tensor:
+        return self.guarded_y[GUARD_ROWS : GUARD_ROWS + self.x.shape[0]]
+
+    @property
+    def workspace(self) -> torch.Tensor:
+        return self.guarded_ws[: self.guarded_ws.numel() - WORKSPACE_GUARD]
+
+    def poison(self) -> None:
+        self.guarded_y.fill_(math.nan)
+        self.guarded_ws.fill_(math.nan)
+
+    def guards_problem(self) -> str:
+        m = self.x.shape[0]
+        rows = torch.cat([self.guarded_y[:GUARD_ROWS], self.guarded_y[GUARD_ROWS + m :]])
+        if not bool(torch.isnan(rows).all()):
+            return "wrote outside the output"
+        if not bool(torch.isnan(self.guarded_ws[-WORKSPACE_GUARD:]).all()):
+            return "wrote past the end of the workspace"
+        return ""
+
+
+def _buffers(shape: Shape) -> _Buffers:
+    m, n, k = shape
+    ws = workspace_elements(m, n) + WORKSPACE_GUARD
+    return _Buffers(
+        x=torch.empty((m, k), dtype=torch.bfloat16, device="cuda"),
+        w=torch.empty((n, k), dtype=torch.bfloat16, device="cuda"),
+        guarded_y=torch.empty((m + 2 * GUARD_ROWS, n), dtype=torch.bfloat16, device="cuda"),
+        guarded_ws=torch.empty(ws, dtype=torch.float32, device="cuda"),
+    )
+
+
+def _fill(buffers: _Buffers, distribution: str, gen: torch.Generator) -> None:
+    """Fresh inputs in place: the same addresses, new values."""
+    m, k = buffers.x.shape
+    n = buffers.w.shape[0]
+    if distribution == "small integers":
+        buffers.x.copy_(torch.randint(-2, 3, (m, k), generator=gen, device="cuda"))
+        buffers.w.copy_(torch.randint(-2, 3, (n, k), generator=gen, device="cuda"))
+        return
+    if distribution == "uniform":
+        buffers.x.copy_(torch.rand((m, k), generator=gen, device="cuda") * 2 - 1)
+    else:
+        buffers.x.copy_(torch.randn((m, k), generator=gen, device="cuda"))
+    buffers.w.copy_(torch.randn((n, k), generator=gen, device="cuda") / math.sqrt(k))
+
+
+def _tolerance_problem(y: torch.Tensor, ref: torch.Tensor, atol: float) -> str:
+    error = (y.float() - ref).abs()
+    bad = ~(error <= RTOL * ref.abs() + atol)  # NaN compares false: counted bad
+    if bool(bad.any()):
+        return f"{int(bad.sum())} elements wrong or unwritten (max error {float(error.max()):.3g})"
+    return ""
+
+
+class KernelBench:
+    """Checks and times launch functions on the GPU this process holds."""
+
+    def __init__(self) -> None:
+        props = torch.cuda.get_device_properties(0)
+        self.num_sms = int(props.multi_processor_count)
+        flush_bytes = max(FLUSH_MIN_BYTES, 4 * props.L2_cache_size)
+        self._flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
+        self._fastest_cublas: dict[Shape, float] = {}  # microseconds, per shape
+
+    def _call(self, launch: Launch, buffers: _Buffers) -> None:
+        """One call of the candidate on the current stream; its own errors become a fault."""
+        threads = threading.active_count()
+        try:
+            launch(buffers.x, buffers.w, buffers.y, buffers.workspace, self.num_sms)
+        except Exception as exc:
+            torch.cuda.synchronize()  # a CUDA fault raises here and recycles the process
+            raise CandidateFault(f"{type(exc).__name__}: {str(exc)[:300]}") from exc
+        if threading.active_count() != threads:
+            raise CandidateFault("the launch left a thread running (work off the timed stream)")
+
+    def check(self, launch: Launch, shape: Shape, gen: torch.Generator) -> str:
+        """Why ``launch`` is wrong on ``shape`` (fresh inputs, three distributions), or ""."""
+        buffers = _buffers(shape)
+        for distribution in ("normal", "uniform", "small integers"):
+            _fill(buffers, distribution, gen)
+            x0, w0 = buffers.x.clone(), buffers.w.clone()
+            ref = buffers.x.float() @ buffers.w.float().t()
+            atol = ATOL_OF_RMS * float(ref.pow(2).mean().sqrt())
+            buffers.poison()
+            try:
+                self._call(launch, buffers)
+            except CandidateFault as fault:
+                return f"{distribution}: {fault}"
+            # No synchronisation before this line: on the timed stream, after the call returned.
+            wrong = _tolerance_problem(buffers.y, ref, atol)
+            if not wrong and distribution == "small integers":
+                exact = buffers.y == ref.to(torch.bfloat16)
+                wrong = "" if bool(exact.all()) else f"{int((~exact).sum())} elements not exact"
+            wrong = wrong or buffers.guards_problem()
+            if not wrong and not (torch.equal(buffers.x, x0) and torch.equal(buffers.w, w0)):
+                wrong = "the launch changed its inputs"
+            if wrong:
+                return f"{distribution}: {wrong}"
+        return ""
+
+    def time(self, launch: Launch, shape: Shape, gen: torch.Generator, *, samples: int) -> Timing:
+        """Median time of ``launch`` and of cuBLAS, alternating, fresh inputs every round; the
+        round's timed output is checked against the round's cuBLAS output. Taken again when
+        cuBLAS ran slow (:data:`SLOW_CUBLAS`)."""
+        for _ in range(RETRIES):
+            timing = self._time_once(launch, shape, gen, samples=samples)
+            fastest = self._fastest_cublas.get(shape, math.inf)
+            self._fastest_cublas[shape] = min(fastest, timing.cublas_us)
+            if timing.status != "ok" or timing.cublas_us <= SLOW_CUBLAS * fastest:
+                return timing
+        return self._time_once(launch, shape, gen, samples=samples)
+
+    def _time_once(
+        self, launch: Launch, shape: Shape, gen: torch.Generator, *, samples: int
+    ) -> Timing:
+        buffers = _buffers(shape)
+        self._warm_up()
+        _fill(buffers, "normal", gen)
+        buffers.poison()
+        try:
+            for _ in range(WARMUP_LAUNCHES):
+                self._call(launch, buffers)
+                torch.matmul(buffers.x, buffers.w.t())
+        except CandidateFault as fault:
+            return Timing(status="error", detail=str(fault))
+        m = shape[0]
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(4 * samples)]
+        problems: list[torch.Tensor] = []
+        for rep in range(samples):
+            _fill(buffers, "normal", gen)
+            buffers.poison()
+            e = events[4 * rep : 4 * rep + 4]
+            self._flush.zero_()
+            e[0].record()
+            try:
+                self._call(launch, buffers)
+            except CandidateFault as fault:
+                return Timing(status="error", detail=str(fault))
+            e[1].record()
+            self._flush.zero_()
+            e[2].record()
+            ref = torch.matmul(buffers.x, buffers.w.t())
+            e[3].record()
+            rows = torch.randint(0, m, (min(m, CHECKED_ROWS),), generator=gen, device="cuda")
+            problems.append(_bad_count(buffers.y[rows], ref[rows]))
+        torch.cuda.synchronize()
+        wrong = int(torch.stack(problems).sum())
+        if wrong:
+            detail = f"{wrong} checked elements of timed outputs wrong or unwritten"
+            return Timing(status="incorrect", detail=detail)
+        ours = sorted(events[4 * r].elapsed_time(events[4 * r + 1]) * 1e3 for r in range(samples))
+        ref_us = sorted(
+            events[4 * r + 2].elapsed_time(events[4 * r + 3]) * 1e3 for r in range(samples)
+        )
+        return Timing(
+            status="ok",
+            t_us=_quantile(ours, 0.5),
+            p20_us=_quantile(ours, 0.2),
+            p80_us=_quantile(ours, 0.8),
+            cublas_us=_quantile(ref_us, 0.5),
+            samples=samples,
+        )
+
+    def _warm_up(self) -> None:
+        end = time.perf_counter() + SHAPE_WARMUP_S
+        while time.perf_counter() < end:
+            for _ in range(20):
+                self._flush.zero_()
+            torch.cuda.synchronize()
+        for _ in range(WARMUP_FLUSHES):
+            self._flush.zero_()
+
+
+def _bad_count(y: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Elements of y beyond bf16 tolerance of ref (cuBLAS's bf16 output), on the device."""
+    ref32 = ref.float()
+    atol = ATOL_OF_RMS * ref32.pow(2).mean().sqrt()
+    # Two bf16 roundings apart at most: twice the tolerance the fp32 reference gets.
+    ok = (y.float() - ref32).abs() <= 2 * (RTOL * ref32.abs() + atol)
+    return (~ok).sum()
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    position = q * (len(sorted_values) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)

@@ -1,0 +1,135 @@
+"""Loading a candidate's kernel module into the device process, once per distinct source.
+
+gemm-kernel-gpu evolves Triton source, so the candidate's module must be executed where the GPU
+is: in the device process, beside the trusted harness. What keeps it in its lane here (the
+problem's static check, on the CPU, comes first and is stricter):
+
+- The module runs with a small table of builtins: no ``open``, ``exec``, ``eval``, ``getattr``,
+  ``globals``, ``type``, ``object``; ``import`` reaches only :data:`ALLOWED_IMPORTS` (Triton and
+  ``math``; not torch, ``os``, ``threading``, ``ctypes``).
+- The source is refused before it runs if it names a dunder attribute (``x.__class__``) or a
+  dunder name other than ``__name__``: the usual ways out of a restricted namespace.
+- The process's environment is cut to what CUDA and Triton read before the first candidate
+  loads: no secret of the worker stays readable from it.
+
+The source is written to a file named by its SHA-256 (Triton reads a kernel's source through
+``inspect``, which needs a file), and the module is cached by that hash: a child whose kernels
+did not change reuses its parent's loaded module and Triton's compiled kernels.
+
+Imported only in the device process (the modules it loads import Triton).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENTRY_POINT = "matmul"
+ALLOWED_IMPORTS = frozenset({"math", "triton", "triton.language", "triton.tools.tensor_descriptor"})
+SAFE_BUILTINS = (
+    "abs", "all", "any", "bool", "dict", "divmod", "enumerate", "float", "int", "isinstance",
+    "len", "list", "max", "min", "pow", "range", "reversed", "round", "sorted", "sum", "tuple",
+    "zip", "ValueError", "AssertionError", "True", "False", "None",
+)  # fmt: skip
+# Environment variables the device process keeps once it loads candidates: CUDA's and Triton's.
+KEPT_ENV_PREFIXES = (
+    "CUDA_", "TRITON_", "NVIDIA_", "LD_LIBRARY_PATH", "PATH", "PYTHON", "HOME", "LANG", "TMPDIR",
+    "CODEVOLVE_DEVICE_INDEX",
+)  # fmt: skip
+CACHE_DIR_ENV = "CODEVOLVE_KERNEL_DIR"  # where candidate sources are written (default: a temp dir)
+LOADED_LIMIT = 256  # modules kept; the oldest is dropped first
+
+Launch = Callable[..., Any]  # matmul(x, w, y, workspace, num_sms)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadError:
+    """Why a source did not give a launchable entry point (a result, not an exception)."""
+
+    message: str
+
+
+def _guarded_import(
+    name: str,
+    globals_: Any = None,
+    locals_: Any = None,
+    fromlist: Any = (),
+    level: int = 0,
+) -> Any:
+    if level != 0 or name not in ALLOWED_IMPORTS:
+        raise ImportError(f"import of {name!r} is not allowed in a kernel program")
+    return builtins.__import__(name, globals_, locals_, fromlist, level)
+
+
+def _builtins() -> dict[str, Any]:
+    table = {name: getattr(builtins, name) for name in SAFE_BUILTINS if hasattr(builtins, name)}
+    table["__import__"] = _guarded_import
+    return table
+
+
+def dunder_problem(source: str) -> str:
+    """Why ``source`` is refused before it runs (a dunder attribute or name), or ""."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return f"syntax error, line {exc.lineno}: {exc.msg}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            return f"line {node.lineno}: attribute {node.attr!r} (private names are not allowed)"
+        if isinstance(node, ast.Name) and node.id.startswith("__") and node.id != "__name__":
+            return f"line {node.lineno}: name {node.id!r} is not allowed"
+    return ""
+
+
+def scrub_environment() -> None:
+    """Drop every variable CUDA and Triton do not read (secrets the worker may hold)."""
+    for key in list(os.environ):
+        if not key.startswith(KEPT_ENV_PREFIXES):
+            del os.environ[key]
+
+
+class KernelLoader:
+    """Loads candidate sources as modules, once per SHA-256, and returns their entry point."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        scrub_environment()
+        root = directory or Path(os.environ.get(CACHE_DIR_ENV) or tempfile.mkdtemp("-kernels"))
+        root.mkdir(parents=True, exist_ok=True)
+        self._dir = root
+        self._loaded: dict[str, Launch | LoadError] = {}
+
+    def load(self, source: str) -> Launch | LoadError:
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        if digest not in self._loaded:
+            if len(self._loaded) >= LOADED_LIMIT:
+                self._loaded.pop(next(iter(self._loaded)))
+            self._loaded[digest] = self._load(source, digest)
+        return self._loaded[digest]
+
+    def _load(self, source: str, digest: str) -> Launch | LoadError:
+        problem = dunder_problem(source)
+        if problem:
+            return LoadError(problem)
+        name = f"candidate_{digest[:20]}"
+        path = self._dir / f"{name}.py"
+        path.write_text(source)
+        namespace: dict[str, Any] = {
+            "__builtins__": _builtins(),
+            "__name__": name,
+            "__file__": str(path),
+        }
+        try:
+            exec(compile(source, str(path), "exec"), namespace)
+        except Exception as exc:  # noqa: BLE001 - the candidate's module: any error is a result
+            return LoadError(f"loading the program raised {type(exc).__name__}: {exc}")
+        entry = namespace.get(ENTRY_POINT)
+        if not callable(entry):
+            return LoadError(f"the program defines no function {ENTRY_POINT!r}")
+        return entry

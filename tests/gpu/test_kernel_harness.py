@@ -1,0 +1,206 @@
+"""The gemm-kernel-gpu harness on a real GPU: honest kernels pass, hostile ones are caught.
+
+Each hostile kernel is one way a candidate could look faster or correct without being either:
+a wrong result, a write outside the output, a read of scratch it never cleared, work left on
+another stream or thread, a result cached across calls, a changed input, a kernel that never
+ends. Skipped without torch, Triton or a CUDA device; run with ``pytest -m gpu tests/gpu``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+RAGGED = [(1, 1280, 8192), (37, 320, 200), (100, 384, 512)]  # ragged M and N; K % 64 != 0
+SPLIT_K = (16, 64, 128, 4, 4, 4)
+VARIANT_ARGS = {
+    "split_k": SPLIT_K,
+    "persistent": (64, 64, 64, 4, 3, 8),
+    "tma": (64, 128, 64, 4, 3, 8),
+    "tma_persistent": (128, 128, 64, 8, 3, 8, 1),
+}
+
+
+@pytest.fixture(scope="module")
+def bench() -> Any:
+    from codevolve.evaluator_workers.gpu.kernel_bench import KernelBench
+
+    return KernelBench()
+
+
+@pytest.fixture(scope="module")
+def loader(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader
+
+    return KernelLoader(tmp_path_factory.mktemp("kernels"))
+
+
+def _gen(seed: int = 0) -> Any:
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    return gen
+
+
+def _program(variant: str | None = None) -> str:
+    from codevolve.problems.gemm_kernel_gpu.kernel_source import (
+        VARIANTS,
+        add_rule,
+        apply_hunks,
+        initial_program,
+    )
+
+    source = initial_program()
+    if variant is None:
+        return source
+    hunks = add_rule(source, "True", VARIANTS[variant], VARIANT_ARGS[variant])
+    assert hunks is not None
+    return apply_hunks(source, hunks)
+
+
+def _edited(source: str, old: str, new: str) -> str:
+    assert source.count(old) == 1, old
+    return source.replace(old, new)
+
+
+@pytest.mark.parametrize("variant", [None, "split_k", "persistent", "tma", "tma_persistent"])
+def test_the_initial_program_and_every_variant_pass_the_check(
+    variant: str | None, bench: Any, loader: Any
+) -> None:
+    launch = loader.load(_program(variant))
+    assert callable(launch), launch
+    for shape in RAGGED:
+        assert bench.check(launch, shape, _gen()) == "", (variant, shape)
+
+
+def test_timing_reports_candidate_and_cublas_medians(bench: Any, loader: Any) -> None:
+    timing = bench.time(loader.load(_program()), (512, 4096, 4096), _gen(), samples=5)
+    assert timing.status == "ok", timing
+    assert 0 < timing.p20_us <= timing.t_us <= timing.p80_us and timing.cublas_us > 0
+
+
+def test_a_wrong_result_is_caught(bench: Any, loader: Any) -> None:
+    scaled = "(acc * 1.01).to(tl.bfloat16), mask="  # one percent off: beyond bf16 tolerance
+    source = _edited(_program(), "acc.to(tl.bfloat16), mask=", scaled)
+    problem = bench.check(loader.load(source), (64, 256, 512), _gen())
+    assert "wrong" in problem or "exact" in problem, problem
+
+
+def test_a_write_outside_the_output_is_caught(bench: Any, loader: Any) -> None:
+    source = _edited(_program(), "mask=(rows[:, None] < M) &", "mask=(rows[:, None] < M + 1) &")
+    assert "outside the output" in bench.check(loader.load(source), (37, 320, 256), _gen())
+
+
+def test_reading_scratch_it_never_cleared_is_caught(bench: Any, loader: Any) -> None:
+    # Split-K that adds its partial to what the workspace held (zero, it assumes).
+    source = _edited(
+        _program("split_k"),
+        "tl.store(part, acc, mask=",
+        "tl.store(part, acc + tl.load(part, mask=(rows[:, None] < M)), mask=",
+    )
+    problem = bench.check(loader.load(source), (16, 1024, 2048), _gen())
+    assert "wrong or unwritten" in problem, problem
+
+
+def test_work_left_on_another_stream_is_caught(bench: Any) -> None:
+    side = torch.cuda.Stream()
+
+    def launch(x: Any, w: Any, y: Any, workspace: Any, num_sms: int) -> None:
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(50_000_000)  # ~25 ms of spinning before the real work
+            y.copy_(x @ w.t())
+
+    problem = bench.check(launch, (64, 256, 512), _gen())
+    assert "wrong or unwritten" in problem, problem
+
+
+def test_work_left_on_another_thread_is_caught(bench: Any) -> None:
+    def launch(x: Any, w: Any, y: Any, workspace: Any, num_sms: int) -> None:
+        def later() -> None:
+            time.sleep(0.2)
+            y.copy_(x @ w.t())
+
+        threading.Thread(target=later).start()
+
+    problem = bench.check(launch, (64, 256, 512), _gen())
+    assert "thread" in problem, problem
+    time.sleep(0.3)  # let the thread finish before the next test
+
+
+def test_results_cached_across_calls_fail_the_timed_rounds(bench: Any) -> None:
+    cache: dict[int, Any] = {}
+    calls = [0]
+
+    def launch(x: Any, w: Any, y: Any, workspace: Any, num_sms: int) -> None:
+        calls[0] += 1
+        if calls[0] > 3 and y.data_ptr() in cache:  # honest for the three checks, then replays
+            y.copy_(cache[y.data_ptr()])
+            return
+        y.copy_(x @ w.t())
+        cache[y.data_ptr()] = y.clone()
+
+    shape = (256, 1024, 1024)
+    assert bench.check(launch, shape, _gen()) == ""
+    timing = bench.time(launch, shape, _gen(1), samples=5)
+    assert timing.status == "incorrect", timing
+
+
+def test_changing_the_inputs_is_caught(bench: Any) -> None:
+    def launch(x: Any, w: Any, y: Any, workspace: Any, num_sms: int) -> None:
+        y.copy_(x @ w.t())
+        x.zero_()  # a later reference on the same inputs would agree with anything
+
+    assert "changed its inputs" in bench.check(launch, (64, 256, 512), _gen())
+
+
+def test_the_loader_refuses_torch_and_dunder_escapes(loader: Any) -> None:
+    from codevolve.evaluator_workers.gpu.kernel_loader import LoadError
+
+    refused = loader.load("import torch\n\ndef matmul(x, w, y, workspace, num_sms):\n    pass\n")
+    assert isinstance(refused, LoadError) and "torch" in refused.message
+    dunder = loader.load("def matmul(x, w, y, workspace, num_sms):\n    x.__class__\n")
+    assert isinstance(dunder, LoadError) and "__class__" in dunder.message
+
+
+HANG = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def spin_kernel(ws_ptr):
+    value = tl.atomic_add(ws_ptr, 0.0)
+    while value != 1.5:  # the workspace holds NaN: never true
+        value = tl.atomic_add(ws_ptr, 0.0)
+
+
+def matmul(x, w, y, workspace, num_sms):
+    spin_kernel[(1,)](workspace)
+"""
+
+
+def test_a_kernel_that_hangs_is_ended_and_the_device_keeps_serving() -> None:
+    from codevolve.evaluator_workers.gpu.device_process import DeviceProcess
+    from codevolve.evaluator_workers.gpu.pinning import visible_gpus
+
+    payload = {"source": HANG, "shapes": [[16, 256, 256]], "seed": 0}
+    with DeviceProcess(visible_gpus()[0]) as device:
+        hang = device.run("kernel.measure", payload, timeout_s=60)
+        assert hang.fault and "timed out" in hang.error, hang
+        honest = {"source": _program(), "shapes": [[16, 256, 256]], "samples": 3}
+        reply = device.run("kernel.measure", honest, timeout_s=120)
+        assert reply.ok, reply.error
+        assert reply.value["problems"] == [""]
+        assert reply.value["timings"][0]["status"] == "ok"
+        assert device.restarts == 1
