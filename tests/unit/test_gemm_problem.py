@@ -1,7 +1,7 @@
 """The gemm-tiling problem end to end: registry, cascade stages, features and baselines.
 
-Stages are run against an in-process fake of the sandboxed Candidate: it executes the source here
-(tests only) and passes answers through JSON, as the real sandbox does.
+Stages are run against an in-process fake of the sandboxed Candidate: it executes the source (or a
+harness) here (tests only) and passes answers through JSON, as the real sandbox does.
 """
 
 from __future__ import annotations
@@ -53,6 +53,11 @@ class InProcessCandidate:
                 values=None, error_kind=SandboxErrorKind.EXCEPTION, error=repr(error)
             )
         return SandboxReply(values=values)
+
+    def call_harness(
+        self, harness: str, entry: str, args: Sequence[Sequence[JSONValue]]
+    ) -> SandboxReply:
+        return InProcessCandidate(harness).call(entry, args)
 
 
 def _with_branch(branch: str) -> InProcessCandidate:

@@ -6,7 +6,9 @@ happens here, in trusted code, under the cost model.
 1. ``static``: parse the source (never run it) and check every literal config; then call the
    candidate on all 88 shapes (each twice) plus unseen ones drawn fresh each evaluation, in a
    fresh order. Every answer must be a valid, launchable config, the same each time a shape is
-   asked. Score 1.0 on pass.
+   asked. Then, unless every answer the program can give is a literal just checked, the
+   legality sweep (sweep.py): every M up to 16384 for every projection, and fresh (N, K) pairs.
+   Score 1.0 on pass.
 2. ``probe``: six train shapes (each regime, both models); geomean speedup over the expert. A child
    must keep 90% of its parent's probe score: losing more than that on a spread of regimes
    rarely turns into a gain over all 44 train shapes, and it saves the larger call.
@@ -34,6 +36,7 @@ from codevolve.problems.gemm_tiling.baselines import (
     geomean_speedup,
     score_configs,
 )
+from codevolve.problems.gemm_tiling.literal_answers import only_literal_answers
 from codevolve.problems.gemm_tiling.shapes import (
     PROJECTIONS,
     GemmShape,
@@ -43,8 +46,18 @@ from codevolve.problems.gemm_tiling.shapes import (
     train_shapes,
     validation_shapes,
 )
-from codevolve.problems.gemm_tiling.space import GemmConfig, validate
-from codevolve.problems.gemm_tiling.static_check import ENTRY_POINT, check_source, impure_answers
+from codevolve.problems.gemm_tiling.space import GemmConfig
+from codevolve.problems.gemm_tiling.static_check import (
+    ENTRY_POINT,
+    check_source,
+    impure_answers,
+    judge_answer,
+)
+from codevolve.problems.gemm_tiling.sweep import (
+    fresh_pairs,
+    sweep_plan,
+    sweep_problem,
+)
 
 DECODE_FEATURE_MAX_M = 64  # the decode_speedup feature covers train shapes with M <= 64
 UNSEEN_PAIRS = 4  # fresh (N, K) pairs per evaluation, multiples of 128
@@ -52,15 +65,12 @@ UNSEEN_RANDOM_M = 16  # fresh random M per evaluation
 MAX_UNSEEN_M = 16384
 LARGE_POWERS_OF_TWO = tuple(2**e for e in range(7, 15))  # 128 .. 16384
 PROBE_THRESHOLD = Threshold(relative=0.9)  # keep 90% of the parent's probe score
+SWEEP_SEEDS = 1 << 62
 
 
 def _sandbox_error(stage: str, reply: SandboxReply) -> StageResult:
     kind = reply.error_kind.value if reply.error_kind is not None else "error"
     return StageResult(stage=stage, passed=False, score=None, error=f"{kind}: {reply.error}")
-
-
-def _shortened(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def ask_configs(
@@ -97,12 +107,9 @@ def _configs_or_error(
             if shape in hidden
             else f"{ENTRY_POINT}({shape.m}, {shape.n}, {shape.k})"
         )
-        config = validate(value)
+        config = judge_answer(value)
         if isinstance(config, str):
-            return f"{where} returned {_shortened(repr(value))}: {config}"
-        problem = config.launch_problem()
-        if problem is not None:
-            return f"{where} returned {config}, which cannot launch: {problem}"
+            return f"{where} {config}"
         configs.append(config)
     return configs
 
@@ -110,10 +117,7 @@ def _configs_or_error(
 def static_grid(rng: np.random.Generator) -> tuple[GemmShape, ...]:
     """The 88 shapes and unseen ones (M 1..64, large powers of two, random M; known and fresh
     (N, K) pairs): about 200 calls, different each evaluation."""
-    pairs = [(p.n, p.k) for p in PROJECTIONS] + [
-        (128 * int(rng.integers(1, 257)), 128 * int(rng.integers(1, 129)))
-        for _ in range(UNSEEN_PAIRS)
-    ]
+    pairs = [(p.n, p.k) for p in PROJECTIONS] + fresh_pairs(rng, UNSEEN_PAIRS)
 
     def any_pair() -> tuple[int, int]:
         return pairs[int(rng.integers(len(pairs)))]
@@ -134,7 +138,8 @@ def static_grid(rng: np.random.Generator) -> tuple[GemmShape, ...]:
 
 @dataclass(frozen=True, slots=True)
 class StaticStage:
-    """Every literal config launchable, and every answer on a wide grid valid and launchable."""
+    """Every literal config launchable, every answer on a wide grid valid and launchable, and
+    (unless the program can only answer its literals) every answer of the legality sweep."""
 
     name: str = "static"
     threshold: Threshold | None = None
@@ -154,11 +159,20 @@ class StaticStage:
         impure = impure_answers(shapes, configs)
         if impure is not None:
             return StageResult(stage=self.name, passed=False, score=None, error=impure)
+        seed = int(rng.integers(SWEEP_SEEDS))  # drawn on both paths: later draws stay the same
+        swept = 0  # every answer is a literal the static check judged: nothing left to sweep
+        if not only_literal_answers(candidate.source):
+            parts = sweep_plan(shapes, np.random.default_rng(seed))
+            asked = dict(zip(shapes, configs, strict=True))
+            failure = sweep_problem(candidate, parts, seed=seed, asked=asked)
+            if failure is not None:
+                return StageResult(stage=self.name, passed=False, score=None, error=failure)
+            swept = sum(pair.calls for part in parts for pair in part)
         return StageResult(
             stage=self.name,
             passed=True,
             score=1.0,
-            artifacts={"checked_shapes": str(len(shapes))},
+            artifacts={"checked_shapes": str(len(shapes)), "swept_shapes": str(swept)},
         )
 
 

@@ -176,6 +176,22 @@ def _is_literal(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant)
 
 
+def judge_answer(value: object) -> GemmConfig | str:
+    """An untrusted answer as a launchable config, or ``returned ...: why not`` (to follow the
+    call that answered it)."""
+    config = validate(value)
+    if isinstance(config, str):
+        return f"returned {_shortened(repr(value))}: {config}"
+    problem = config.launch_problem()
+    if problem is not None:
+        return f"returned {config}, which cannot launch: {problem}"
+    return config
+
+
+def _shortened(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def impure_answers(shapes: Sequence[GemmShape], configs: Sequence[GemmConfig]) -> str | None:
     """Why the answers are not a function of the shape alone (one shape, two configs), or None.
 
@@ -187,8 +203,13 @@ def impure_answers(shapes: Sequence[GemmShape], configs: Sequence[GemmConfig]) -
     for shape, config in zip(shapes, configs, strict=True):
         seen = first.setdefault(shape, config)
         if seen != config:
-            return (
-                f"{ENTRY_POINT}({shape.m}, {shape.n}, {shape.k}) answered {seen} and then "
-                f"{config}: it must be a pure function of (M, N, K)"
-            )
+            return impurity(shape, seen, config)
     return None
+
+
+def impurity(shape: GemmShape, first: GemmConfig, then: GemmConfig) -> str:
+    """The error of a program that answered ``shape`` with ``first`` and later with ``then``."""
+    return (
+        f"{ENTRY_POINT}({shape.m}, {shape.n}, {shape.k}) answered {first} and then "
+        f"{then}: it must be a pure function of (M, N, K)"
+    )
