@@ -44,6 +44,7 @@ def _json_script(data: Any) -> Markup:
 
 templates.env.filters["score"] = _score
 templates.env.filters["json_script"] = _json_script
+templates.env.globals["session_cookie"] = COOKIE  # its presence shows "Sign out"
 
 
 @router.get("/login", response_class=HTMLResponse)
