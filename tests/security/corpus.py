@@ -41,6 +41,8 @@ if M <= 256:
 return GemmConfig(128, 128, 64, 4, 3, 8)
 """
 
+UNLAUNCHABLE = "GemmConfig(256, 256, 128, 4, 5, 8), which cannot launch"
+KNOWN_N = "(6144, 4096, 28672, 1280, 7168, 8192)"  # the projections' N
 TIMEOUT = ("timeout:",)
 DENIED = ("Permission denied", "Operation not permitted")
 NO_NETWORK = ("Operation not permitted", "Network is unreachable", "Permission denied")
@@ -539,6 +541,55 @@ ATTACKS: tuple[Attack, ...] = (
         ("choose_config(37,", "cannot launch"),
     ),
     Attack(
+        "unlaunchable_config_computed_on_a_rare_m",
+        "gemm_legality_sweep",
+        program("if M % 1000 == 999:\n    return GemmConfig(64 * 4, 64 * 4, 32 * 4, 4, 5, 8)\n"),
+        (f"choose_config(999, 6144, 4096) returned {UNLAUNCHABLE}",),
+    ),
+    Attack(
+        "unlaunchable_config_computed_on_a_large_m_within_the_bound",
+        "gemm_legality_sweep",
+        program("if 12288 < M < 12300:\n    return GemmConfig(M // M * 256, 256, 128, 4, 5, 8)\n"),
+        (f"choose_config(12289, 6144, 4096) returned {UNLAUNCHABLE}",),
+    ),
+    Attack(
+        "unlaunchable_config_computed_for_an_unseen_pair",
+        "gemm_legality_sweep_of_fresh_pairs",
+        program(
+            f"if N not in {KNOWN_N} and M % 512 == 300:\n"
+            "    return GemmConfig(*[v * 4 for v in (64, 64, 32)], 4, 5, 8)\n"
+        ),
+        ("choose_config(300, ",),  # the first fresh pair, at the smallest M the branch takes
+    ),
+    Attack(
+        "unlaunchable_config_computed_in_a_helper",
+        "gemm_legality_sweep",
+        program(
+            "if M > 1024:\n    return GemmConfig(256, 128, 64, warps(M), 3, 8)\n",
+            module="def warps(m):\n    return 4 if m % 4096 == 1234 else 8\n",
+        ),
+        (
+            "choose_config(1234, 6144, 4096) returned GemmConfig(256, 128, 64, 4, 3, 8), which "
+            "cannot launch",
+        ),
+    ),
+    Attack(
+        "unlaunchable_config_in_a_table_built_at_import",
+        "gemm_legality_sweep",
+        program(
+            "if M in RARE:\n    return RARE[M]\n",
+            module="RARE = {m: GemmConfig(*(4 * v for v in (64, 64, 32)), 4, 5, 8)\n"
+            "        for m in range(1999, 16384, 2000)}\n",
+        ),
+        (f"choose_config(1999, 6144, 4096) returned {UNLAUNCHABLE}",),
+    ),
+    Attack(
+        "raises_on_a_rare_m",
+        "gemm_legality_sweep",
+        program("if M % 1000 == 999:\n    return M // (M - M)\n"),
+        ("choose_config(999, 6144, 4096) raised ZeroDivisionError",),
+    ),
+    Attack(
         "detects_evaluation",
         "gemm_static_check",
         program(
@@ -553,6 +604,15 @@ ATTACKS: tuple[Attack, ...] = (
         "gemm_purity_check",
         program(
             "calls[0] += 1\nif calls[0] > 150:\n    return GemmConfig(64, 64, 64, 4, 3, 8)\n",
+            module="calls = [0]\n",
+        ),
+        ("pure function of (M, N, K)",),
+    ),
+    Attack(
+        "answers_otherwise_past_the_grid",
+        "gemm_purity_check_of_the_legality_sweep",
+        program(
+            "calls[0] += 1\nif calls[0] > 1000:\n    return GemmConfig(64, 64, 64, 4, 3, 8)\n",
             module="calls = [0]\n",
         ),
         ("pure function of (M, N, K)",),
