@@ -50,6 +50,12 @@ async def test_small_run_improves_on_the_initial_program_and_accounts_for_every_
     assert report["train"]["evolved"] != pytest.approx(report["best_score"], abs=1e-9)
     assert report["train"]["evolved"] <= report["train"]["oracle"] + 1e-9
     assert 0 < report["test"]["evolved_over_oracle"] <= 1.0 + 1e-9
+    # The best was confirmed on independent samples. The cost model is deterministic, so the
+    # confirmed figure is the picked one; its spread is over the per-shape speedups.
+    assert report["remeasured"].get("confirmed", 0) >= 1
+    assert report["best_score"] == pytest.approx(report["best_picked_score"])
+    assert report["best_spread_over"] == "cases" and report["best_spread"]["count"] > 1
+    assert report["best_spread"]["geomean"] == pytest.approx(report["best_score"], rel=1e-9)
 
 
 def test_cli_run_writes_the_report_and_best_prints_the_source(

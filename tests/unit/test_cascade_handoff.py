@@ -248,6 +248,8 @@ async def test_gemm_tiling_gpu_evolves_across_a_cpu_pool_and_a_gpu_pool(tmp_path
                     stop.set()
         async with sessions.begin() as session:
             best = await repository.best_program(session, job.id)
+            stored = await repository.get_job(session, job.id)
+            confirmed = await repository.confirmed_best(session, job.id)
             seed_id = await repository.find_program_by_hash(
                 session, job.id, _hash(problem.initial_program)
             )
@@ -260,6 +262,9 @@ async def test_gemm_tiling_gpu_evolves_across_a_cpu_pool_and_a_gpu_pool(tmp_path
     assert list(seed.stage_scores) == ["static", "probe", "train", "gpu"]
     assert seed.artifacts.get("device_index") == "1"  # the GPU part ran on the GPU worker
     assert best is not None and best.score is not None and "gpu" in best.stage_scores
+    # The job's best was re-measured through both pools (its samples handed on at the GPU stage).
+    assert confirmed is not None and confirmed.remeasure is not None
+    assert stored is not None and stored.best_program_id == confirmed.id
 
 
 def _hash(source: str) -> str:
