@@ -20,6 +20,12 @@ def _gemm_tiling_gpu() -> Problem:
     return GemmTilingGpuProblem()
 
 
+def _gemm_kernel_gpu() -> Problem:
+    from codevolve.problems.gemm_kernel_gpu.problem import GemmKernelGpuProblem
+
+    return GemmKernelGpuProblem()
+
+
 def _matmul_tensor() -> Problem:
     from codevolve.problems.matmul_tensor.problem import MatmulTensorProblem
 
@@ -30,6 +36,7 @@ _FACTORIES: dict[str, Callable[[], Problem]] = {
     "gemm-tiling": _gemm_tiling,
     "matmul-tensor": _matmul_tensor,
     "gemm-tiling-gpu": _gemm_tiling_gpu,
+    "gemm-kernel-gpu": _gemm_kernel_gpu,
 }
 
 

@@ -1,11 +1,12 @@
 """The device job of gemm-kernel-gpu: load a candidate's kernel module, check it, time it.
 
-``kernel.measure``: ``{"source": str, "shapes": [[M, N, K], ...], "seed": int, "samples": int,
-"time": bool}`` -> ``{"device": info, "load_error": str, "load_s": float, "problems": [str per
-checked shape], "timings": [Timing as a dict per shape]}``. Every shape is checked first (fresh
+``kernel.measure``: ``{"source": str, "shapes": [[M, N, K], ...], "check_shapes": [[M, N, K],
+...], "seed": int, "samples": int, "time": bool}`` -> ``{"device": info, "load_error": str,
+"load_s": float, "problems": [str per checked shape], "timings": [Timing as a dict per shape]}``.
+Every shape of ``check_shapes`` (ragged ones, say), then of ``shapes``, is checked first (fresh
 inputs, three distributions); the first wrong shape ends the job (its problem is the last entry
-of ``problems``, nothing is timed). Then, when ``time`` is set, every shape is timed against
-cuBLAS in the order given. Loading and compiling happen once per distinct source in this process
+of ``problems``, nothing is timed). Then, when ``time`` is set, every shape of ``shapes`` is
+timed against cuBLAS in the order given. Loading and compiling happen once per distinct source in this process
 (kernel_loader.py).
 """
 
@@ -38,9 +39,9 @@ def _bench() -> KernelBench:
     return KernelBench()
 
 
-def _shapes(rows: Any) -> list[Shape]:
-    if not isinstance(rows, list) or not rows:
-        raise KernelJobError("kernel.measure needs a non-empty list 'shapes' of [M, N, K]")
+def _shapes(rows: Any, key: str = "shapes") -> list[Shape]:
+    if not isinstance(rows, list) or (key == "shapes" and not rows):
+        raise KernelJobError(f"kernel.measure needs a list {key!r} of [M, N, K]")
     shapes = []
     for row in rows:
         if not (isinstance(row, list) and len(row) == 3 and all(type(v) is int for v in row)):
@@ -55,6 +56,7 @@ def measure(payload: Any) -> Any:
     if not isinstance(payload, dict) or not isinstance(payload.get("source"), str):
         raise KernelJobError("kernel.measure needs a dict with a string 'source'")
     shapes = _shapes(payload.get("shapes"))
+    checked = _shapes(payload.get("check_shapes", []), "check_shapes") + shapes
     seed = int(payload.get("seed", 0))
     samples = max(3, int(payload.get("samples", 15)))
     reply: dict[str, Any] = {"device": device_info(), "load_error": "", "problems": []}
@@ -67,7 +69,7 @@ def measure(payload: Any) -> Any:
     gen = torch.Generator(device="cuda")
     gen.manual_seed(seed)
     bench = _bench()
-    for shape in shapes:
+    for shape in checked:
         problem = bench.check(launch, shape, gen)
         reply["problems"].append(problem)
         if problem:

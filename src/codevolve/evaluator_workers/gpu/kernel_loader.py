@@ -129,7 +129,7 @@ class KernelLoader:
             exec(compile(source, str(path), "exec"), namespace)
         except Exception as exc:  # noqa: BLE001 - the candidate's module: any error is a result
             return LoadError(f"loading the program raised {type(exc).__name__}: {exc}")
-        entry = namespace.get(ENTRY_POINT)
+        entry: Launch | None = namespace.get(ENTRY_POINT)
         if not callable(entry):
             return LoadError(f"the program defines no function {ENTRY_POINT!r}")
         return entry

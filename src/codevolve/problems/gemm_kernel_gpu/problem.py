@@ -1,0 +1,78 @@
+"""gemm-kernel-gpu: evolve the Triton GEMM kernel itself, its launch and its dispatch.
+
+Task: ``matmul(x, w, y, workspace, num_sms)`` writes ``y = x @ w.T`` for bf16 x [M, K] and w [N, K]
+(fp32 accumulation, bf16 out) on an NVIDIA H200, as fast as possible relative to cuBLAS. The
+program holds its Triton kernels, their launch logic (grid, tile configs, split or persistent
+scheduling) and a dispatch by shape; the initial program is gemm-tiling-gpu's kernel (tiled,
+pointer loads, one program per tile) with that problem's best config rule
+(bench/gpu_programs/gpu_evolved_best.py).
+
+Metric: geomean over the 44 train and 96 validation shapes (gemm-tiling's shapes and split) of
+t_cuBLAS / t_program, each measured with cold L2, alternating with cuBLAS, on fresh inputs whose
+timed outputs are checked. The 44 test shapes are measured alongside and only reported.
+
+Cascade (stages.py): the static check on any CPU worker, then on a GPU worker a probe (ragged
+shapes checked, six shapes timed; a child keeps 90 % of its parent's probe score), then all
+shapes. The candidate's module is compiled and launched in the GPU worker's device process; the
+harness there owns inputs, outputs, workspace, stream and clocks (evaluator_workers/gpu/
+kernel_bench.py). Mutations (mutations.py) add and tune kernel variants per regime and keep
+gemm-tiling's rule mutations for the tiled kernel's configs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from codevolve.core.problem import Baseline, FeatureSpec, Mutation, Stage
+from codevolve.problems.gemm_kernel_gpu.kernel_source import initial_program
+from codevolve.problems.gemm_kernel_gpu.stages import StaticKernelStage, full_stage, probe_stage
+
+NAME = "gemm-kernel-gpu"
+FEATURES = (
+    FeatureSpec(name="decode_vs_cublas", low=0.5, high=1.25, bins=6),
+    FeatureSpec(name="prefill_vs_cublas", low=0.5, high=1.1, bins=6),
+)
+
+
+class GemmKernelGpuProblem:
+    def __init__(self) -> None:
+        self._stages: tuple[Stage, ...] = (StaticKernelStage(), probe_stage(), full_stage())
+
+    @property
+    def name(self) -> str:
+        return NAME
+
+    @property
+    def description(self) -> str:
+        return (
+            "Write the fastest bf16 GEMM y = x @ w.T (x [M, K], w [N, K], fp32 accumulation, bf16 "
+            "out) in Triton for an NVIDIA H200 (132 SMs, Hopper: wgmma, TMA tensor descriptors). "
+            "The program's matmul(x, w, y, workspace, num_sms) launches its own kernels; "
+            "workspace is fp32 scratch of at least max(4 * M * N, 2**24) elements holding "
+            "garbage. Shapes are the Llama-3.1-8B and 70B/TP8 projections (N, K: 6144x4096, "
+            "4096x4096, 28672x4096, 4096x14336, 1280x8192, 8192x1024, 7168x8192, 8192x3584) at "
+            "M = 1..8192 tokens. Score: geomean over the train and validation shapes of "
+            "t_cuBLAS / t_program, cold L2, timed alternately with cuBLAS on fresh inputs whose "
+            "outputs are checked. Only Triton and math may be imported: no torch, no streams, no "
+            "threads, no caching of results; every element of y must be written."
+        )
+
+    @property
+    def initial_program(self) -> str:
+        return initial_program()
+
+    @property
+    def stages(self) -> Sequence[Stage]:
+        return self._stages
+
+    @property
+    def features(self) -> Sequence[FeatureSpec]:
+        return FEATURES
+
+    def mutations(self) -> Sequence[Mutation]:
+        from codevolve.problems.gemm_kernel_gpu.mutations import kernel_mutations
+
+        return kernel_mutations()
+
+    def baselines(self) -> Sequence[Baseline]:
+        return ()

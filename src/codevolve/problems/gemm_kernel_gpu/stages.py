@@ -1,0 +1,178 @@
+"""The cascade of gemm-kernel-gpu, cheap to expensive: static, GPU probe, GPU.
+
+1. ``static`` (any CPU worker): the source is read, never run (static_check.py). Score 1.0.
+2. ``gpu_probe``: on the worker's device, the program is loaded (once per distinct source),
+   checked on ragged shapes (M, N not multiples of any tile; K not a multiple of 64) and on the
+   six probe shapes, and timed on the probe shapes against cuBLAS. A child must keep
+   :data:`PROBE_KEEP` of its parent's probe score to be timed on all shapes.
+3. ``gpu``: checked and timed on the 44 train shapes and the 96 validation shapes (the score,
+   geomean of t_cuBLAS / t over those 140) and on the 44 test shapes (held out: reported, never
+   selected on, never shown). Per-shape times are the cases proposers see.
+
+Every check and every clock is the harness's (evaluator_workers/gpu/kernel_bench.py); a stage
+only sends the source and judges the plain data that comes back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from codevolve.core.device import GPU, Device
+from codevolve.core.problem import TRAIN_SCORE, Candidate, Threshold
+from codevolve.core.program import CaseResult, StageResult
+from codevolve.problems.gemm_kernel_gpu.static_check import check_source
+from codevolve.problems.gemm_tiling.baselines import geomean
+from codevolve.problems.gemm_tiling.shapes import (
+    GemmShape,
+    heldout_shapes,
+    probe_shapes,
+    train_shapes,
+    validation_shapes,
+)
+
+MEASURE_JOB = "kernel.measure"
+CASE_PREFIX = "gpu "
+RAGGED_SHAPES = ((1, 1280, 8192), (37, 320, 200), (100, 384, 512))  # checked, never timed
+PROBE_KEEP = Threshold(relative=0.9)
+PROBE_SAMPLES = 10
+SAMPLES = 10  # timed rounds per shape during evolution
+# seconds: loading Python and CUDA, compiling every kernel the program launches, then the work
+PROBE_TIMEOUT_S = 300.0
+TIMEOUT_S = 900.0
+
+
+@dataclass(frozen=True, slots=True)
+class StaticKernelStage:
+    """The source passes the static check (static_check.py)."""
+
+    name: str = "static"
+    threshold: Threshold | None = None
+
+    def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
+        del rng
+        problem = check_source(candidate.source)
+        if problem:
+            return StageResult(stage=self.name, passed=False, score=None, error=problem)
+        return StageResult(stage=self.name, passed=True, score=1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuKernelStage:
+    """Check and time the program on the worker's GPU; score: geomean t_cuBLAS / t."""
+
+    name: str
+    shapes: tuple[GemmShape, ...]  # scored
+    heldout: tuple[GemmShape, ...] = ()  # timed and reported, never scored
+    check_shapes: tuple[tuple[int, int, int], ...] = ()
+    threshold: Threshold | None = None
+    samples: int = SAMPLES
+    timeout_s: float = TIMEOUT_S
+    capability: str = GPU
+
+    def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
+        del candidate, rng
+        error = f"the {self.name} stage needs a worker with a GPU (capability 'gpu')"
+        return StageResult(stage=self.name, passed=False, score=None, error=error)
+
+    def run_on(self, candidate: Candidate, device: Device, rng: np.random.Generator) -> StageResult:
+        shapes = (*self.shapes, *self.heldout)
+        payload: dict[str, Any] = {
+            "source": candidate.source,
+            "shapes": [[s.m, s.n, s.k] for s in shapes],
+            "check_shapes": [list(s) for s in self.check_shapes],
+            "seed": int(rng.integers(2**31)),
+            "samples": self.samples,
+        }
+        answer = device.run(MEASURE_JOB, payload, timeout_s=self.timeout_s)
+        if not answer.ok:
+            kind = "device fault" if answer.fault else "device error"
+            return self._failed(f"{kind}: {answer.error}")
+        return self.judge(answer.value, device_index=device.index)
+
+    def _failed(self, error: str) -> StageResult:
+        return StageResult(stage=self.name, passed=False, score=None, error=error)
+
+    def judge(self, value: Any, *, device_index: int) -> StageResult:
+        """The stage result from the device's reply (kernel_jobs.py's format)."""
+        if value.get("load_error"):
+            return self._failed(f"the program did not load: {value['load_error']}")
+        problems = value.get("problems", [])
+        if problems and problems[-1]:
+            where = self._label(len(problems) - 1 - len(self.check_shapes))
+            return self._failed(f"{where}: wrong result: {problems[-1]}")
+        rows = value.get("timings", [])
+        shapes = (*self.shapes, *self.heldout)
+        if len(rows) != len(shapes):
+            return self._failed(f"the device timed {len(rows)} of {len(shapes)} shapes")
+        for i, row in enumerate(rows):
+            if row["status"] != "ok":
+                return self._failed(f"{self._label(i)}: {row['status']}: {row['detail']}")
+        ratios = [row["cublas_us"] / row["t_us"] for row in rows]
+        return self._result(ratios, rows, value.get("device", {}), device_index)
+
+    def _label(self, index: int) -> str:
+        """A shape named for the error, without naming a held-out one."""
+        if index < 0:
+            return f"ragged shape {self.check_shapes[len(self.check_shapes) + index]}"
+        return self.shapes[index].key if index < len(self.shapes) else "a held-out shape"
+
+    def _result(
+        self, ratios: list[float], rows: list[Any], info: dict[str, Any], device_index: int
+    ) -> StageResult:
+        scored = len(self.shapes)
+        mine = list(zip(self.shapes, ratios[:scored], rows[:scored], strict=True))
+        score = geomean(r for _, r, _ in mine)
+        train = set(train_shapes())
+        metrics = {"vs_cublas": score}
+        if any(s in train for s, _, _ in mine):
+            metrics[TRAIN_SCORE] = geomean(r for s, r, _ in mine if s in train)
+        features = {}
+        for regime in ("decode", "mid", "prefill"):
+            values = [r for s, r, _ in mine if s.regime == regime]
+            if values:
+                metrics[f"vs_cublas_{regime}"] = features[f"{regime}_vs_cublas"] = geomean(values)
+        metrics["worst_vs_cublas"] = min(r for _, r, _ in mine)
+        held = {}
+        if self.heldout:
+            held = {"score": geomean(ratios[scored:]), "test_vs_cublas": geomean(ratios[scored:])}
+            held["test_worst_vs_cublas"] = min(ratios[scored:])
+        worst = sorted(mine, key=lambda item: item[1])[:3]
+        feedback = (
+            f"Measured on {info.get('name', 'the GPU')}: geomean {score:.3f} of cuBLAS over "
+            f"{scored} shapes; slowest relative to cuBLAS: "
+            + "; ".join(f"{s.key}: {row['t_us']:.1f} us ({r:.2f}x)" for s, r, row in worst)
+        )
+        return StageResult(
+            stage=self.name,
+            passed=True,
+            score=score,
+            metrics=metrics,
+            heldout=held,
+            features=features,
+            cases=tuple(
+                CaseResult(key=CASE_PREFIX + s.key, cost=float(row["t_us"]), detail=f"{r:.3f}")
+                for s, r, row in mine
+            ),
+            feedback=feedback,
+            artifacts={"device_index": str(device_index), "device_name": str(info.get("name"))},
+        )
+
+
+def probe_stage() -> GpuKernelStage:
+    return GpuKernelStage(
+        name="gpu_probe",
+        shapes=probe_shapes(),
+        check_shapes=RAGGED_SHAPES,
+        threshold=PROBE_KEEP,
+        samples=PROBE_SAMPLES,
+        timeout_s=PROBE_TIMEOUT_S,
+    )
+
+
+def full_stage() -> GpuKernelStage:
+    return GpuKernelStage(
+        name="gpu", shapes=train_shapes() + validation_shapes(), heldout=heldout_shapes()
+    )
