@@ -78,6 +78,8 @@ async def job_best(session: AsyncSession, job: Job) -> dict[str, Any]:
         "best_program_id": job.best_program_id,
         "best_score": job.best_score,
         "best_picked_score": None if best is None else best.score,
+        # None for a best never re-measured (a job from before re-measures)
+        "best_verdict": None if remeasure is None else remeasure.verdict.value,
         "best_note": None if remeasure is None else remeasure.note,
         "best_spread": None
         if remeasure is None or remeasure.spread is None

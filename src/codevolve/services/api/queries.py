@@ -16,6 +16,7 @@ from codevolve.core.program import Program, ProgramStatus
 from codevolve.program_db import repository
 from codevolve.services.api.schemas import (
     Ancestor,
+    BestConfirmed,
     JobDetail,
     JobPublic,
     ProgramDetail,
@@ -25,6 +26,7 @@ from codevolve.services.api.schemas import (
     finite,
 )
 from codevolve.services.usage_views import job_usage, program_proposal
+from codevolve.services.views import job_best
 
 HISTORY_POINTS = 5000  # points sent to the chart; a long run is thinned to about this many
 TOP_PROGRAMS = 10
@@ -45,9 +47,21 @@ async def visible_job(session: AsyncSession, job_id: str, *, owner: str | None) 
 async def job_detail(session: AsyncSession, job: Job) -> JobDetail:
     counts = await repository.program_counts(session, job.id)
     usage = await job_usage(session, job.id)
+    best = await job_best(session, job)
     return JobDetail(
         **JobPublic.of(job).model_dump(),
         programs=Programs.of(counts),
+        best=None
+        if best["best_program_id"] is None or best["best_verdict"] is None
+        else BestConfirmed(
+            program_id=best["best_program_id"],
+            confirmed_score=finite(best["best_score"]),
+            picked_score=finite(best["best_picked_score"]),
+            note=best["best_note"],
+            spread=best["best_spread"],
+            spread_over=best["best_spread_over"],
+        ),
+        remeasured=best["remeasured"],
         usage=Usage(
             tokens_in=usage["tokens_in"],
             tokens_out=usage["tokens_out"],

@@ -188,9 +188,36 @@ class Usage(BaseModel):
     max_cost_usd: float | None = Field(description="the job's cost budget, if any")
 
 
+class SpreadPublic(BaseModel):
+    geomean: float
+    gsd: float = Field(description="geometric standard deviation (1: all equal)")
+    low: float
+    median: float
+    high: float
+    count: int
+    text: str = Field(description="the same, as one line")
+
+
+class BestConfirmed(BaseModel):
+    """The job's best as re-measured on independent samples before it is reported."""
+
+    program_id: str
+    confirmed_score: float | None = Field(description="on independent samples: best_score")
+    picked_score: float | None = Field(description="the score it was picked on")
+    note: str | None = Field(description="why the figure deserves a look (winner's curse)")
+    spread: SpreadPublic | None = Field(description="how the confirmed figure is distributed")
+    spread_over: str | None = Field(
+        description="'cases': per-case speedups over the initial program; 'samples': the samples"
+    )
+
+
 class JobDetail(JobPublic):
     programs: Programs
     usage: Usage
+    best: BestConfirmed | None = None
+    remeasured: dict[str, int] = Field(
+        default_factory=dict, description="would-be bests re-measured, per verdict"
+    )
 
 
 class JobList(BaseModel):
