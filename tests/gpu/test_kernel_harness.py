@@ -204,3 +204,31 @@ def test_a_kernel_that_hangs_is_ended_and_the_device_keeps_serving() -> None:
         assert reply.value["problems"] == [""]
         assert reply.value["timings"][0]["status"] == "ok"
         assert device.restarts == 1
+
+
+class _Source:
+    """A candidate as the GPU stages see it: they only read its source."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+
+def test_the_problem_stages_judge_a_program_on_the_device() -> None:
+    import numpy as np
+
+    from codevolve.evaluator_workers.gpu.device_process import DeviceProcess
+    from codevolve.evaluator_workers.gpu.pinning import visible_gpus
+    from codevolve.problems.gemm_kernel_gpu.stages import probe_stage
+
+    rng = np.random.default_rng(0)
+    with DeviceProcess(visible_gpus()[0]) as device:
+        honest = probe_stage().run_on(_Source(_program("split_k")), device, rng)
+        assert honest.passed, honest.error
+        assert honest.score is not None and 0.2 < honest.score < 3.0
+        assert len(honest.cases) == 6 and honest.artifacts["device_name"]
+        wrong = _edited(
+            _program(), "acc.to(tl.bfloat16), mask=", "(acc * 1.01).to(tl.bfloat16), mask="
+        )
+        failed = probe_stage().run_on(_Source(wrong), device, rng)
+        assert not failed.passed and "wrong result" in (failed.error or ""), failed.error
+        assert device.restarts == 0

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# gemm-kernel-gpu steps on the GPU machine; outputs land in $OUT (default ./gpu-out). Usage:
+#   bash bench/gpu_kernel_run.sh STEP...   with STEP in setup tests variants evolve evaluate
+# setup installs the wheels of .whl/ (carried; see bench/gpu_device_run.sh for the download).
+# variants: every kernel variant per regime (bench/gpu_kernel.py variants).
+# evolve: `codevolve run gemm-kernel-gpu` for EVOLVE_WALL_S seconds (default 240), seed SEED; with
+#   RESUME=JOB it continues that job from $DB (default $OUT/kernel_evolve.sqlite); the best
+#   program goes to $OUT/kernel_evolved_best.py.
+# evaluate: the initial program, bench/gpu_kernel_programs/*.py and the evolved best (if any) on
+#   all 88 shapes, 30 samples (bench/gpu_kernel.py evaluate).
+set -u
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD/src:$PWD TRITON_CACHE_DIR=/tmp/triton-cache
+DB=${DB:-$OUT/kernel_evolve.sqlite}
+for step in "$@"; do
+  echo "=== $step $(date -u +%T)"
+  case $step in
+    setup)
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+      site=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+      printf '%s\n%s\n' "$PWD/src" /tmp/site > "$site/codevolve-checkout.pth"
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv
+      ;;
+    tests)
+      timeout 300 python3 -m pytest -c /dev/null --rootdir . -p no:cacheprovider -q \
+        -W ignore::pytest.PytestUnknownMarkWarning tests/gpu/test_kernel_harness.py 2>&1 \
+        | tee "$OUT/kernel_tests.log" | tail -30
+      ;;
+    variants)
+      timeout 400 python3 bench/gpu_kernel.py variants --out "$OUT/variants.json" \
+        --program "$OUT/composed.py" 2>&1 | tee "$OUT/variants.log"
+      ;;
+    evolve)
+      resume=()
+      [ -n "${RESUME:-}" ] && resume=(--resume "$RESUME")
+      timeout $((${EVOLVE_WALL_S:-240} + 90)) python3 -m codevolve.services.cli run gemm-kernel-gpu \
+        --db "$DB" --proposals ${PROPOSALS:-5000} --seed ${SEED:-0} --workers 2 --in-flight 4 \
+        --max-wall-s ${EVOLVE_WALL_S:-240} --quiet --report "$OUT/kernel_evolve_report.json" \
+        "${resume[@]}" 2>&1 | tail -25 | tee "$OUT/kernel_evolve.log"
+      job=$(python3 -c "import json;print(json.load(open('$OUT/kernel_evolve_report.json'))['job_id'])")
+      python3 -m codevolve.services.cli best --db "$DB" "$job" > "$OUT/kernel_evolved_best.py"
+      ;;
+    evaluate)
+      programs=(src/codevolve/problems/gemm_kernel_gpu/initial_program.txt bench/gpu_kernel_programs/*.py)
+      [ -s "$OUT/kernel_evolved_best.py" ] && programs+=("$OUT/kernel_evolved_best.py")
+      timeout 300 python3 bench/gpu_kernel.py evaluate "${programs[@]}" --samples 30 \
+        --seed ${SEED_EVAL:-2} --out "$OUT/kernel_evaluate.json" 2>&1 | tee "$OUT/kernel_evaluate.log"
+      ;;
+  esac
+done
+echo "=== done $(date -u +%T)"
