@@ -48,13 +48,17 @@ def sqlite_url(path: str | Path) -> str:
     return f"sqlite+aiosqlite:///{Path(path).expanduser().resolve()}"
 
 
-def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
+def create_engine(url: str, *, echo: bool = False, read_only: bool = False) -> AsyncEngine:
     """The process's engine. SQLite connections get WAL (readers do not block the writer), foreign
-    keys (off by default there) and a busy timeout (writers queue instead of failing at once)."""
+    keys (off by default there) and a busy timeout (writers queue instead of failing at once).
+
+    ``read_only`` SQLite connections leave the journal mode as the file has it and refuse writes
+    (``query_only``): a command that only reads changes no byte of the file."""
     url = database_url(url)
     if make_url(url).get_backend_name() == "sqlite":
         engine = _create_async_engine(url, echo=echo)
-        event.listen(engine.sync_engine, "connect", _configure_sqlite)
+        configure = _configure_sqlite_reader if read_only else _configure_sqlite
+        event.listen(engine.sync_engine, "connect", configure)
         return engine
     engine = _create_async_engine(url, echo=echo)
     _ping_when_idle(engine)
@@ -94,6 +98,15 @@ def _configure_sqlite(dbapi_connection: Any, _record: object) -> None:
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")  # durable at each checkpoint; safe with WAL
+    finally:
+        cursor.close()
+
+
+def _configure_sqlite_reader(dbapi_connection: Any, _record: object) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA query_only=ON")
     finally:
         cursor.close()
 

@@ -144,7 +144,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print_evaluation(Console(highlight=False), result)
+        print_evaluation(Console(highlight=False, soft_wrap=True), result)
     return 0 if result["status"] == "evaluated" else EXIT_FAILED
 
 
@@ -207,7 +207,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status, indent=2))
     else:
-        print_status(Console(highlight=False), status)
+        print_status(Console(highlight=False, soft_wrap=True), status)
     return 0
 
 

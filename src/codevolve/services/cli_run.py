@@ -28,7 +28,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from codevolve.core.config import RunConfig
+from codevolve.core.config import ProposerConfig, RunConfig
 from codevolve.core.errors import ConfigError
 from codevolve.core.job import Job
 from codevolve.program_db.errors import UnknownJobError
@@ -43,6 +43,7 @@ from codevolve.services.cli_options import (
 )
 
 WIDE = 100  # terminal columns from which the progress bar shows every column in words
+NARROW = 72  # terminal columns below which the bar shows its counts only
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it
 # Options that define a job: (argparse dest, RunConfig field, option as typed).
 JOB_OPTIONS = (
@@ -190,17 +191,16 @@ def contradictions(args: argparse.Namespace, job: Job) -> list[str]:
     if args.problem is not None and args.problem != stored.problem:
         found.append(f"the job's problem is {stored.problem}, not {args.problem}")
     if args.problem_dir is not None or args.config is not None:
-        found.append("the job's problem files are stored with it: --problem-dir/--config")
+        found.append("--problem-dir/--config cannot change the problem stored with the job")
     for dest, field, flag in JOB_OPTIONS:
         given = getattr(args, dest)
         if given is not None and given != getattr(stored, field):
             found.append(f"the job's {flag} is {getattr(stored, field)}, not {given}")
     if args.proposer is not None or args.model or args.max_cost is not None:
-        proposer = cli_llm.proposer_overrides(args) or {"kind": "simulated"}
-        if stored.proposer.model_dump(mode="json") != stored.proposer.model_validate(
-            proposer
-        ).model_dump(mode="json"):
-            found.append("the job's proposer options differ from those given")
+        given = ProposerConfig.model_validate(cli_llm.proposer_overrides(args) or {})
+        if given != stored.proposer:
+            kind = stored.proposer.kind
+            found.append(f"--proposer/--model/--max-cost differ from the job's {kind} proposer")
     return found
 
 
@@ -251,6 +251,8 @@ class ProgressBar:
 
 
 def progress_columns(width: int) -> list[ProgressColumn | str]:
+    """Every column in words from :data:`WIDE` columns; abbreviated below; below
+    :data:`NARROW` the bar and the clock go, so that the counts are never cut."""
     if width >= WIDE:
         return [
             TextColumn("[bold]{task.description}"),
@@ -262,15 +264,16 @@ def progress_columns(width: int) -> list[ProgressColumn | str]:
             ),
             TimeElapsedColumn(),
         ]
-    return [
-        BarColumn(bar_width=max(4, min(20, width - 66))),
+    counts: list[ProgressColumn | str] = [
         MofNCompleteColumn(),
         TextColumn(
             "{task.fields[rate]:.0f}/s fail {task.fields[failed]} "
             "rej {task.fields[rejected]} best {task.fields[best]}"
         ),
-        TimeElapsedColumn(),
     ]
+    if width < NARROW:
+        return counts
+    return [BarColumn(bar_width=min(20, width - 64)), *counts, TimeElapsedColumn()]
 
 
 def print_summary(console: Console, report: dict[str, Any]) -> None:

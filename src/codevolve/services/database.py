@@ -10,6 +10,7 @@ is), and a database that cannot be reached raises :class:`DatabaseUnusable` nami
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -89,7 +90,7 @@ async def open_database(url: str, *, write: bool) -> AsyncIterator[AsyncEngine]:
     path = sqlite_path(url)
     if path is not None:
         check_sqlite_file(path, write=write)
-    engine = create_engine(url)
+    engine = create_engine(url, read_only=not write)
     try:
         try:
             if write:
@@ -116,16 +117,20 @@ def check_sqlite_file(path: Path, *, write: bool) -> None:
             raise DatabaseUnusable(
                 f"--db {path}: no folder {path.parent}; create it or pass another --db"
             )
+        _probe_creation(path)
         return
     if path.is_dir():
         raise DatabaseUnusable(f"--db {path} is a folder; pass a database file")
     with path.open("rb") as file:
         header = file.read(HEADER_BYTES)
     size = path.stat().st_size
-    if size == 0 or not header.startswith(SQLITE_MAGIC):
+    if size == 0:  # SQLite's own new database: one to write is created in it
+        if write:
+            return
+        raise DatabaseUnusable(f"--db {path} is an empty file, not a codevolve database")
+    if not header.startswith(SQLITE_MAGIC):
         raise DatabaseUnusable(
-            f"--db {path} is not an SQLite database (empty or another kind of file); "
-            "pass the right --db"
+            f"--db {path} is not an SQLite database (another kind of file); pass the right --db"
         )
     expected = _size_in_header(header)
     if expected is not None and size < expected:
@@ -133,6 +138,19 @@ def check_sqlite_file(path: Path, *, write: bool) -> None:
             f"--db {path} is damaged: {size} bytes where its header says {expected}; "
             "restore it from a copy"
         )
+
+
+def _probe_creation(path: Path) -> None:
+    """Create and remove the file, so that a folder where no file can be made is one clear
+    error here (the SQLite driver's thread fails noisily when its connection cannot open)."""
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except OSError as exc:
+        raise DatabaseUnusable(
+            f"--db {path}: cannot create a database there ({exc.strerror}); pass another --db"
+        ) from None
+    os.close(descriptor)
+    path.unlink()
 
 
 def _size_in_header(header: bytes) -> int | None:
