@@ -85,11 +85,12 @@ class LuckyFirstQueue(LocalQueue):
     """Evaluates a lucky program first on the input it was tuned on: the program a search that
     keeps the best of noisy evaluations ends up picking. Re-measures pass untouched."""
 
-    def __init__(self, *, drop_remeasures: int = 0) -> None:
-        """``drop_remeasures``: never deliver re-measure tasks (they die with the controller);
-        ``dropped`` is set once this many were sent."""
+    def __init__(self, *, drop_remeasures_of: str | None = None, samples: int = 0) -> None:
+        """``drop_remeasures_of``: never deliver the re-measure tasks of this source (they die
+        with the controller); ``dropped`` is set once ``samples`` of them were sent."""
         super().__init__()
-        self._drop = drop_remeasures
+        self._drop = drop_remeasures_of
+        self._samples = samples
         self.dropped = asyncio.Event()
         self._dropped = 0
 
@@ -99,9 +100,9 @@ class LuckyFirstQueue(LocalQueue):
     async def submit_many(self, tasks: Sequence[Task]) -> None:
         kept = []
         for task in tasks:
-            if task.remeasure and self._drop:
+            if task.remeasure and task.source == self._drop:
                 self._dropped += 1
-                if self._dropped >= self._drop:
+                if self._dropped >= self._samples:
                     self.dropped.set()
             elif not task.remeasure and str(LUCKY_DRAW) in task.source:
                 kept.append(dataclasses.replace(task, seed=LUCKY_SEED))

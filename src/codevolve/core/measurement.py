@@ -35,7 +35,7 @@ class MeasurementError(CodevolveError, ValueError):
 class RemeasurePolicy:
     """How winners are confirmed before they are reported."""
 
-    top_k: int = 3  # the best this many candidates are re-measured
+    top_k: int = 3  # the best this many candidates are re-measured (in a run: at once)
     samples: int = 5  # independent samples each, taken after the pick
     max_shrink: float = 0.10  # a winner that loses more than this share on re-measure is noted
 

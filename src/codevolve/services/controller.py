@@ -56,7 +56,7 @@ from codevolve.prompt_sampler.builder import build_prompt
 from codevolve.proposers.base import Proposer
 from codevolve.services.proposal_ledger import ProposalLedger
 from codevolve.services.proposal_pool import ProposalPool, Settled, content_hash
-from codevolve.services.remeasures import Remeasures
+from codevolve.services.remeasures import AT_ONCE, Remeasures
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ class Controller:
         self._final_state = JobState.DONE
         self._error: str | None = None
         self.progress = Progress(max_proposals=self._config.max_proposals)
-        policy = RemeasurePolicy(samples=self._config.remeasure_samples)
+        policy = RemeasurePolicy(top_k=AT_ONCE, samples=self._config.remeasure_samples)
         self._remeasures = Remeasures(job.id, self._config, policy)
         self._baseline_cases: dict[str, float] | None = None  # the initial program's, per case
 

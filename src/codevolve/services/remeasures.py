@@ -4,7 +4,7 @@ reported (DESIGN.md section 5, the winner's curse).
 A program whose score beats the job's confirmed best is a would-be best. The controller asks the
 database for the best of them (evaluated, never re-measured: committed state, so a resumed job
 finds the ones a crash interrupted) and starts their re-measures here, at most
-``RemeasurePolicy.top_k`` at once: each is ``RemeasurePolicy.samples`` ordinary tasks of the same
+``RemeasurePolicy.top_k`` at once (:data:`AT_ONCE`): each is ``RemeasurePolicy.samples`` ordinary tasks of the same
 source through the same cascade, each with a fresh seed, marked ``Task.remeasure`` so that its
 result never touches the program's own row. When a program's samples are all in, the controller
 judges them (:func:`codevolve.core.measurement.judge`) and records the verdict; only a confirmed
@@ -24,6 +24,11 @@ from codevolve.core.config import RunConfig
 from codevolve.core.measurement import RemeasurePolicy
 from codevolve.core.program import Evaluation, JobId, Program, ProgramId
 from codevolve.core.task import Task
+
+# Re-measures running at once. One: a confirmed figure that lands first often makes the next
+# would-be bests moot (they no longer beat it). On gemm-tiling, 1000 proposals, seed 0, three at
+# once re-measured 60 and 62 programs in two runs, one at a time 50 and 38, for the same best.
+AT_ONCE = 1
 
 
 def remeasure_seed(job_seed: int, program: Program, sample: int) -> int:
