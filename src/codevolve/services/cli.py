@@ -54,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings()
     except ValidationError as exc:
-        return _fail(f"environment: {config_error(exc, other='CODEVOLVE_').args[0]}")
+        (first, *_) = exc.errors(include_url=False)
+        name = f"CODEVOLVE_{'_'.join(str(part) for part in first['loc']).upper()}"
+        return _fail(f"environment: {name}={first.get('input')!r} is invalid: {first['msg']}")
     logging.basicConfig(
         level=getattr(args, "log_level", None) or settings.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -160,7 +160,9 @@ def _check_report_path(report: Path | None) -> None:
     if report is None:
         return
     if report.is_dir():
-        raise ConfigError(f"--report {report} is a folder; name a file, e.g. {report}/report.json")
+        raise ConfigError(
+            f"--report {report} is a folder; name a file, e.g. {report / 'report.json'}"
+        )
     folder = report.parent
     if not folder.is_dir():
         raise ConfigError(f"--report {report}: no folder {folder}; create it first")
@@ -177,8 +179,7 @@ async def _check_resume(args: argparse.Namespace) -> None:
         job = await repository.get_job(session, args.resume)
     if job is None:
         raise UnknownJobError(
-            f"--resume {args.resume}: no such job in {args.db_shown}; "
-            "`codevolve status JOB` shows a job"
+            f"--resume {args.resume}: no such job in {args.db_shown}; check the id and --db"
         )
     for problem in contradictions(args, job):
         raise ConfigError(f"--resume {job.id}: {problem}; drop it or start a new job")
