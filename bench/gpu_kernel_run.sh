@@ -33,13 +33,18 @@ for step in "$@"; do
         --program "$OUT/composed.py" 2>&1 | tee "$OUT/variants.log"
       ;;
     evolve)
-      resume=()
-      [ -n "${RESUME:-}" ] && resume=(--resume "$RESUME")
-      timeout $((${EVOLVE_WALL_S:-240} + 90)) python3 -m codevolve.services.cli run gemm-kernel-gpu \
-        --db "$DB" --proposals ${PROPOSALS:-5000} --seed ${SEED:-0} --workers 2 --in-flight 4 \
-        --max-wall-s ${EVOLVE_WALL_S:-240} --quiet --report "$OUT/kernel_evolve_report.json" \
-        "${resume[@]}" 2>&1 | tail -25 | tee "$OUT/kernel_evolve.log"
-      job=$(python3 -c "import json;print(json.load(open('$OUT/kernel_evolve_report.json'))['job_id'])")
+      # A GPU evaluation that compiles a new kernel variant takes up to ~90 s: the run finishes
+      # the evaluations in flight after its wall budget. A resumed job keeps its stored options.
+      if [ -n "${RESUME:-}" ]; then
+        job_args=(--resume "$RESUME")
+      else
+        job_args=(gemm-kernel-gpu --proposals "${PROPOSALS:-5000}" --seed "${SEED:-0}"
+          --in-flight 2 --max-wall-s "${EVOLVE_WALL_S:-240}")
+      fi
+      timeout $((${EVOLVE_WALL_S:-240} + 180)) python3 -m codevolve.services.cli run \
+        "${job_args[@]}" --db "$DB" --workers 2 --quiet --report "$OUT/kernel_evolve_report.json" \
+        2>&1 | tail -25 | tee "$OUT/kernel_evolve.log"
+      job=${RESUME:-$(python3 -c "import json;print(json.load(open('$OUT/kernel_evolve_report.json'))['job_id'])")}
       python3 -m codevolve.services.cli best --db "$DB" "$job" > "$OUT/kernel_evolved_best.py"
       ;;
     evaluate)

@@ -57,9 +57,13 @@ STARTS: dict[tuple[str, str], tuple[int, ...]] = {
     ("tma_persistent", "mid"): (128, 128, 64, 8, 4, 8, 1),
     ("tma_persistent", "prefill"): (128, 256, 64, 8, 3, 8, 1),
 }
+# Chances of each (variant, regime) start being drawn, relative: the first sweep's largest gains
+# over the initial program (persistent TMA on prefill, split-K on narrow or K-long decode shapes)
+# are tried more often than the launches that lost everywhere.
+START_WEIGHTS = {("tma_persistent", "prefill"): 4.0, ("split_k", "decode"): 3.0}
 PROJECTION_SHARE = 0.5  # how often add_variant narrows its rule to one projection
 MOVE_SHARE = 0.5  # how often add_variant moves one starting parameter
-KIND_WEIGHTS = {"add_variant": 3.0, "tune_rule": 3.0}
+KIND_WEIGHTS = {"add_variant": 4.0, "tune_rule": 3.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +123,9 @@ class KernelMutation:
 def add_variant(
     source: str, tree: ast.Module, prompt: Prompt, rng: np.random.Generator
 ) -> list[Hunk] | None:
-    (name, regime) = list(STARTS)[int(rng.integers(len(STARTS)))]
+    starts = list(STARTS)
+    weights = np.array([START_WEIGHTS.get(start, 1.0) for start in starts])
+    (name, regime) = starts[int(rng.choice(len(starts), p=weights / weights.sum()))]
     variant = VARIANTS[name]
     args = list(STARTS[(name, regime)])
     if rng.random() < MOVE_SHARE:
