@@ -69,3 +69,13 @@ def test_the_progress_bar_fits_the_terminal_without_cutting_numbers(width: int) 
     assert len(line.rstrip()) <= width
     for text in ("77777/100000", "12345", "23456", "1.2346"):
         assert text in line
+
+
+def test_status_without_json_is_a_short_summary(run_db: tuple[Path, str]) -> None:
+    db, job_id = run_db
+    outcome = codevolve("status", job_id, "--db", str(db))
+    assert outcome.returncode == 0
+    lines = outcome.stdout.splitlines()
+    assert lines[0] == f"job {job_id} (gemm-tiling): done"
+    assert len(lines) <= 6 and "max_in_flight" not in outcome.stdout
+    assert any(line.startswith("  best: ") for line in lines)
