@@ -73,9 +73,8 @@ BIG_JUNK = {  # bytes: tens of MiB that must not reach the bundle
 
 
 def codevolve(*args: str) -> subprocess.CompletedProcess[str]:
-    # A wide console: the messages are one line each; how a narrow terminal wraps them is the
-    # console's business, not what is tested here.
-    env = {**os.environ, "COLUMNS": "1000"}
+    # A narrow console: each message must still be one line.
+    env = {**os.environ, "COLUMNS": "80"}
     return subprocess.run(
         [sys.executable, "-m", "codevolve.services.cli", *args],
         capture_output=True,

@@ -125,7 +125,8 @@ def run_config_from_args(args: argparse.Namespace) -> tuple[RunConfig, tuple[str
     proposer = _proposer_overrides(args, problem_of(bundle).config.run_fields)
     if proposer is not None:
         overrides["proposer"] = proposer
-    config, warnings = run_config_for(bundle, overrides)
+    config, config_warnings = run_config_for(bundle, overrides)
+    warnings = tuple(f"{CONFIG}: {warning}" for warning in config_warnings)
     left_out = selection.warning()
     return config, warnings if left_out is None else (*warnings, left_out)
 

@@ -90,7 +90,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     elif args.problem_dir is not None:
         config, warnings = bundles.run_config_from_args(args)
         for warning in warnings:
-            console.print(f"[yellow]warning:[/yellow] config: {warning}", highlight=False)
+            # One line each, however narrow the terminal: a wrapped warning reads as several.
+            console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
     else:
         config = _new_config(args)
     bar = ProgressBar(console, enabled=not args.quiet and console.is_terminal)
