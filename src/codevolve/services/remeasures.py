@@ -4,11 +4,11 @@ reported (DESIGN.md section 5, the winner's curse).
 A program whose score beats the job's confirmed best is a would-be best. The controller asks the
 database for the best of them (evaluated, never re-measured: committed state, so a resumed job
 finds the ones a crash interrupted) and starts their re-measures here, at most
-``RemeasurePolicy.top_k`` at once (:data:`AT_ONCE`): each is ``RemeasurePolicy.samples`` ordinary tasks of the same
-source through the same cascade, each with a fresh seed, marked ``Task.remeasure`` so that its
-result never touches the program's own row. When a program's samples are all in, the controller
-judges them (:func:`codevolve.core.measurement.judge`) and records the verdict; only a confirmed
-figure can move the job's best.
+``RemeasurePolicy.top_k`` at once (:data:`AT_ONCE`): each is ``RemeasurePolicy.samples``
+ordinary tasks of the same source through the same cascade, each with a fresh seed, marked
+``Task.remeasure`` so that its result never touches the program's own row. When a program's
+samples are all in, the controller judges them (:func:`codevolve.core.measurement.judge`) and
+records the verdict; only a confirmed figure can move the job's best.
 
 Bookkeeping only: no I/O here.
 """
