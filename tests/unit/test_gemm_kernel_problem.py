@@ -199,7 +199,7 @@ def test_the_probe_checks_ragged_shapes_and_keeps_ninety_percent_of_the_parent()
     result = stage.run_on(FakeCandidate(INITIAL), device, np.random.default_rng(0))
     assert not result.passed
     assert result.error == (
-        "ragged shape (37, 384, 1024): wrong result: normal: 3 elements wrong or unwritten"
+        "ragged shape (37, 384, 1056): wrong result: normal: 3 elements wrong or unwritten"
     )
 
 
