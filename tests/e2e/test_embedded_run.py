@@ -59,7 +59,7 @@ async def test_small_run_improves_on_the_initial_program_and_accounts_for_every_
 
 
 def test_cli_run_writes_the_report_and_best_prints_the_source(
-    tmp_path: Path, capsys: object
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = str(tmp_path / "cli.sqlite")
     report_path = tmp_path / "report.json"
@@ -82,7 +82,16 @@ def test_cli_run_writes_the_report_and_best_prints_the_source(
     report = json.loads(report_path.read_text())
     assert report["proposals"] == 30
 
+    capsys.readouterr()
     assert main(["best", report["job_id"], "--db", db]) == 0
+    printed = capsys.readouterr().out
+    with sqlite3.connect(tmp_path / "cli.sqlite") as conn:
+        # The job's best is the confirmed one; `best` prints its source, not the picked best's.
+        (source, verdict) = conn.execute(
+            "select source, verdict from programs where id = ?", (report["best_program_id"],)
+        ).fetchone()
+    assert verdict == "confirmed"
+    assert printed == source
     assert main(["show", report["best_program_id"], "--db", db, "--json"]) == 0
     assert main(["status", report["job_id"], "--db", db, "--json"]) == 0
     with sqlite3.connect(tmp_path / "cli.sqlite") as conn:

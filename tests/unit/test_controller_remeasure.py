@@ -3,13 +3,17 @@ re-measure a crash interrupted is sent again when the job resumes."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+
+import pytest
 
 from codevolve.core.job import Job, JobState
 from codevolve.core.measurement import Verdict
 from codevolve.core.program import Program, ProgramStatus
 from codevolve.program_db import repository
 from codevolve.program_db.engine import create_engine, session_factory, upgrade
+from codevolve.services.cli import main
 from codevolve.services.controller import Progress
 from codevolve.services.report import build_report
 from codevolve.services.views import job_status
@@ -33,7 +37,7 @@ async def _programs(sessions: object, job_id: str) -> dict[str, Program]:
 
 
 async def test_a_program_that_scores_high_only_on_its_first_inputs_never_becomes_the_best(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'run.sqlite'}")
     await upgrade(engine)
@@ -81,6 +85,11 @@ async def test_a_program_that_scores_high_only_on_its_first_inputs_never_becomes
         assert view["best_picked_score"] == 2.0 and view["best_note"] is None
         assert view["best_spread"]["count"] == SAMPLES and view["best_spread_over"] == "samples"
         assert view["remeasured"] == {"confirmed": 3, "refuted": 1}
+    # `codevolve best` prints the confirmed best's source, not a lucky pick's.
+    db = str(tmp_path / "run.sqlite")
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, ["best", job.id, "--db", db]) == 0
+    assert capsys.readouterr().out == STEADY
 
 
 async def test_a_resumed_job_sends_the_re_measures_a_crash_interrupted(tmp_path: Path) -> None:

@@ -157,10 +157,12 @@ def _cmd_best(args: argparse.Namespace) -> int:
         async with reading_session(args.db) as session:
             if await repository.get_job(session, args.job) is None:
                 raise _no_job(args)
-            best = await repository.best_program(session, args.job)
+            # The job's best is the best confirmed program (re-measured on fresh seeds), never
+            # one whose figure came from the lucky samples it was picked on.
+            best = await repository.confirmed_best(session, args.job)
             if best is None:
                 raise UnknownProgramError(
-                    f"job {args.job} has no evaluated program yet; "
+                    f"job {args.job} has no confirmed best program yet; "
                     f"`codevolve status {args.job}` shows its progress"
                 )
             return best.source

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import gc
 import signal
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -237,7 +238,10 @@ class _Interruption:
     @contextlib.contextmanager
     def handled(self, *, enabled: bool) -> Iterator[None]:
         task = asyncio.current_task()
-        if not enabled or task is None:
+        # Only the main thread may install signal handlers (and only it receives signals): a run
+        # started from another thread (an embedding program, a test) keeps Python's defaults.
+        in_main_thread = threading.current_thread() is threading.main_thread()
+        if not enabled or task is None or not in_main_thread:
             yield
             return
         loop = asyncio.get_running_loop()
