@@ -18,7 +18,6 @@ from codevolve.core.measurement import (
     flag_suspicious,
     judge,
     spread,
-    winners_to_remeasure,
 )
 from codevolve.core.program import CaseResult, Evaluation, ProgramStatus, StageResult
 
@@ -44,11 +43,6 @@ def test_equal_ratios_have_no_spread() -> None:
 def test_spread_refuses_what_is_not_positive_finite_numbers(bad: list[float]) -> None:
     with pytest.raises(MeasurementError):
         spread(bad)
-
-
-def test_the_top_k_winners_are_picked_for_re_measurement_best_first() -> None:
-    scores = {"a": 1.1, "b": 1.5, "c": 0.9, "d": 1.3}
-    assert winners_to_remeasure(scores, RemeasurePolicy(top_k=2)) == ["b", "d"]
 
 
 def test_a_lucky_winner_is_reported_by_its_independent_samples_and_noted() -> None:

@@ -13,15 +13,12 @@ output) than a discovery: it is flagged, never celebrated. Pure functions; the b
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
 
 from codevolve.core.errors import CodevolveError
 from codevolve.core.program import EMPTY, Evaluation
-
-K = TypeVar("K", bound=Hashable)
 
 SUSPICIOUS_OVER_BEST_KNOWN = 10.0  # a speedup this many times the best known one is suspicious
 ROOFLINE_SLACK = 1.05  # timing noise tolerated above the roofline bound before flagging
@@ -117,14 +114,6 @@ def spread(ratios: Sequence[float]) -> Spread:
         high=ordered[-1],
         count=len(values),
     )
-
-
-def winners_to_remeasure(
-    scores: Mapping[K, float], policy: RemeasurePolicy = DEFAULT_POLICY
-) -> list[K]:
-    """The keys of the ``policy.top_k`` best scores (higher is better), best first."""
-    ranked = sorted(scores, key=lambda key: scores[key], reverse=True)
-    return ranked[: policy.top_k]
 
 
 def confirm(
