@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
+from codevolve.evaluator_workers.errors import WorkerError
 from codevolve.evaluator_workers.gpu.gemm_bench import (
     ATOL_OF_RMS,
     FLUSH_MIN_BYTES,
@@ -60,8 +61,9 @@ SLOW_CUBLAS = 1.2
 RETRIES = 2
 
 
-class CandidateFault(Exception):
-    """The candidate's host code raised (a Python error, a Triton compile error); a result."""
+class CandidateFault(WorkerError):
+    """The candidate's host code raised (a Python error, a Triton compile error), or left work
+    behind; caught inside the harness and reported as the shape's problem, never propagated."""
 
 
 def workspace_elements(m: int, n: int) -> int:

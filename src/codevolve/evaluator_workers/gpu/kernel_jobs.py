@@ -6,8 +6,8 @@
 Every shape of ``check_shapes`` (ragged ones, say), then of ``shapes``, is checked first (fresh
 inputs, three distributions); the first wrong shape ends the job (its problem is the last entry
 of ``problems``, nothing is timed). Then, when ``time`` is set, every shape of ``shapes`` is
-timed against cuBLAS in the order given. Loading and compiling happen once per distinct source in this process
-(kernel_loader.py).
+timed against cuBLAS in the order given. Loading and compiling happen once per distinct source
+in this process (kernel_loader.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from codevolve.evaluator_workers.errors import WorkerError
 from codevolve.evaluator_workers.gpu.gemm_bench import Shape, device_info, timing_dict
 from codevolve.evaluator_workers.gpu.kernel_bench import KernelBench
 from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader, LoadError
@@ -25,7 +26,7 @@ from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader, LoadErro
 MEASURE_JOB = "kernel.measure"
 
 
-class KernelJobError(ValueError):
+class KernelJobError(WorkerError):
     """A malformed payload (raised as the device jobs' JobError by gemm_jobs)."""
 
 
