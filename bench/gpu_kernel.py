@@ -8,7 +8,7 @@ is checked on fresh inputs, then timed against cuBLAS with cold L2, alternating,
         on its regime's 88-grid shapes; then the program that takes, per regime, the candidate
         with the best geomean over that regime's *train* shapes (selection never sees test), and
         the initial program, both on all 88 shapes. Writes the composed program to --program.
-    python bench/gpu_kernel.py compose --variants variants.json --program composed.py
+    python bench/gpu_kernel.py compose --variants variants.json --program composed.txt
         (no GPU) A program from a variants run's measurements, chosen on train shapes only: per
         regime the launch with the best train geomean (the initial program's tiled kernel among
         them) as the regime's rule, then per projection a rule for a launch that beats that on
@@ -231,6 +231,10 @@ def compose(args: argparse.Namespace) -> None:
 
 def _evaluate(sources: list[str], names: list[str], runner: Runner, report: dict[str, Any]) -> None:
     shapes = list(all_shapes())
+    # A program named twice (measured at the start and the end of a process) keeps both results.
+    names = [
+        n if n not in names[:i] else f"{n}#{names[:i].count(n) + 1}" for i, n in enumerate(names)
+    ]
     results = {name: runner.measure(src, shapes) for name, src in zip(names, sources, strict=True)}
     report["programs"] = results
     base = results[names[0]]
@@ -256,7 +260,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     one = sub.add_parser("variants")
     one.add_argument("--out", default="variants.json")
-    one.add_argument("--program", default="composed.py")
+    one.add_argument("--program", default="composed.txt")
     one.add_argument("--samples", type=int, default=10)
     one.add_argument("--seed", type=int, default=0)
     two = sub.add_parser("evaluate")
@@ -266,7 +270,7 @@ def main() -> None:
     two.add_argument("--seed", type=int, default=1)
     three = sub.add_parser("compose")
     three.add_argument("--variants", required=True)
-    three.add_argument("--program", default="composed.py")
+    three.add_argument("--program", default="composed.txt")
     args = parser.parse_args()
     {"variants": variants, "evaluate": evaluate, "compose": compose}[args.command](args)
 

@@ -6,8 +6,9 @@
 # evolve: `codevolve run gemm-kernel-gpu` for EVOLVE_WALL_S seconds (default 240), seed SEED; with
 #   RESUME=JOB it continues that job from $DB (default $OUT/kernel_evolve.sqlite); the best
 #   program goes to $OUT/kernel_evolved_best.py.
-# evaluate: the initial program, bench/gpu_kernel_programs/*.py and the evolved best (if any) on
-#   all 88 shapes, 30 samples (bench/gpu_kernel.py evaluate).
+# evaluate: the initial program, bench/gpu_kernel_programs/*.txt and the evolved best (if any) on
+#   all 88 shapes, 30 samples (bench/gpu_kernel.py evaluate). Measured programs are stored as
+#   .txt: they are data (the sources measured), not modules of this repository.
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -48,7 +49,7 @@ for step in "$@"; do
       python3 -m codevolve.services.cli best --db "$DB" "$job" > "$OUT/kernel_evolved_best.py"
       ;;
     evaluate)
-      programs=(src/codevolve/problems/gemm_kernel_gpu/initial_program.txt bench/gpu_kernel_programs/*.py)
+      programs=(src/codevolve/problems/gemm_kernel_gpu/initial_program.txt bench/gpu_kernel_programs/*.txt)
       [ -s "$OUT/kernel_evolved_best.py" ] && programs+=("$OUT/kernel_evolved_best.py")
       timeout 300 python3 bench/gpu_kernel.py evaluate "${programs[@]}" --samples 30 \
         --seed ${SEED_EVAL:-2} --out "$OUT/kernel_evaluate.json" 2>&1 | tee "$OUT/kernel_evaluate.log"
