@@ -43,7 +43,7 @@ def bench() -> Any:
 def loader(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader
 
-    return KernelLoader(tmp_path_factory.mktemp("kernels"))
+    return KernelLoader(tmp_path_factory.mktemp("kernels"), environ={})  # keep this process's
 
 
 def _gen(seed: int = 0) -> Any:

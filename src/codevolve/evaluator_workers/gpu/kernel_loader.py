@@ -26,7 +26,7 @@ import builtins
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,19 +88,22 @@ def dunder_problem(source: str) -> str:
     return ""
 
 
-def scrub_environment() -> None:
+def scrub_environment(environ: MutableMapping[str, str]) -> None:
     """Drop every variable CUDA and Triton do not read (secrets the worker may hold)."""
-    for key in list(os.environ):
+    for key in list(environ):
         if not key.startswith(KEPT_ENV_PREFIXES):
-            del os.environ[key]
+            del environ[key]
 
 
 class KernelLoader:
     """Loads candidate sources as modules, once per SHA-256, and returns their entry point."""
 
-    def __init__(self, directory: Path | None = None) -> None:
-        scrub_environment()
-        root = directory or Path(os.environ.get(CACHE_DIR_ENV) or tempfile.mkdtemp("-kernels"))
+    def __init__(
+        self, directory: Path | None = None, *, environ: MutableMapping[str, str] = os.environ
+    ) -> None:
+        """``environ``: the environment to cut down (this process's; tests pass their own)."""
+        root = directory or Path(environ.get(CACHE_DIR_ENV) or tempfile.mkdtemp("-kernels"))
+        scrub_environment(environ)
         root.mkdir(parents=True, exist_ok=True)
         self._dir = root
         self._loaded: dict[str, Launch | LoadError] = {}
