@@ -150,7 +150,7 @@ for step in "$@"; do
       printf '%s\n%s\n' "$PWD/src" /tmp/site > "$site/codevolve-checkout.pth"
       nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.draw \
         --format=csv
-      python3 -c "import torch, triton, codevolve.services.runtime as r; \
+      python3 -c "import torch, triton, codevolve.services.runtime.embedded as r; \
 print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.device_count(), 'GPUs')"
       ;;
     services)

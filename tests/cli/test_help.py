@@ -14,8 +14,8 @@ from rich.console import Console
 
 from codevolve.core.config import RunConfig
 from codevolve.core.job import Job, JobState
-from codevolve.services.cli_run import ProgressBar
-from codevolve.services.controller import Progress
+from codevolve.services.cli.run import ProgressBar
+from codevolve.services.controller.loop import Progress
 from tests.cli.conftest import codevolve, job_rows
 
 DB_DEFAULT = "(default: $CODEVOLVE_DB, else ./codevolve.sqlite)"

@@ -29,7 +29,7 @@ from codevolve.core.program import Evaluation, Program, ProgramStatus, StageResu
 from codevolve.program_db import repository
 from codevolve.program_db.engine import create_engine, session_factory
 from codevolve.services.api.app import create_app
-from codevolve.services.runtime import run_embedded
+from codevolve.services.runtime.embedded import run_embedded
 from codevolve.services.settings import Settings
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ import pytest
 
 from codevolve.core.config import RunConfig
 from codevolve.services.cli import main
-from codevolve.services.runtime import run_embedded
+from codevolve.services.runtime.embedded import run_embedded
 
 REPORT_KEYS = {
     "job_id",

@@ -28,7 +28,7 @@ from codevolve.problems.gemm_tiling.cost_model import model_time
 from codevolve.problems.gemm_tiling.shapes import GemmShape
 from codevolve.problems.gemm_tiling.space import all_configs
 from codevolve.services.cli import main
-from codevolve.services.runtime import run_embedded
+from codevolve.services.runtime.embedded import run_embedded
 from tests.llm_server import Action, Drop, Reply, Request, Stall, completion, serve
 
 pytestmark = pytest.mark.slow

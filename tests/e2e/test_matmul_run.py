@@ -14,8 +14,8 @@ from codevolve.core.config import RunConfig
 from codevolve.core.problem import Problem
 from codevolve.problems.matmul_tensor.algorithm import Decomposition, multiply
 from codevolve.problems.matmul_tensor.problem import MatmulTensorProblem
-from codevolve.services import runtime
 from codevolve.services.cli import main
+from codevolve.services.runtime import embedded as runtime
 
 NAIVE_BODY = '''
 def find_decomposition(n, m, p, rank, seed, time_budget_s):

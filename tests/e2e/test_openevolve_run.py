@@ -14,9 +14,9 @@ import pytest
 
 from codevolve.problems.examples import example_dir
 from codevolve.problems.openevolve import load_folder, loaded
-from codevolve.services.bundles import run_config_for
 from codevolve.services.cli import main
-from codevolve.services.runtime import run_embedded
+from codevolve.services.runtime.bundles import run_config_for
+from codevolve.services.runtime.embedded import run_embedded
 
 INITIAL = """\
 # EVOLVE-BLOCK-START

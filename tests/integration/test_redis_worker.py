@@ -17,7 +17,7 @@ from codevolve.core.task import Task
 from codevolve.evaluator_workers.heartbeat import list_workers
 from codevolve.evaluator_workers.redis_keys import RedisKeys
 from codevolve.evaluator_workers.redis_queue import QueueTuning, RedisTaskQueue
-from codevolve.services.worker_process import WorkerOptions, serve_worker
+from codevolve.services.runtime.workers import WorkerOptions, serve_worker
 
 EVALUATION_S = 1.0  # seconds each evaluation of the slow problem takes
 

@@ -21,8 +21,8 @@ from codevolve.evaluator_workers.redis_keys import RedisKeys
 from codevolve.evaluator_workers.redis_queue import QueueTuning
 from codevolve.program_db import repository
 from codevolve.program_db.engine import create_engine, session_factory
-from codevolve.services.supervisor import Supervisor, SupervisorOptions
-from codevolve.services.worker_process import WorkerOptions, serve_worker
+from codevolve.services.runtime.supervisor import Supervisor, SupervisorOptions
+from codevolve.services.runtime.workers import WorkerOptions, serve_worker
 from tests.integration.redis_support import PrivateRedis, delete_prefix
 
 Sessions = async_sessionmaker[AsyncSession]

@@ -12,8 +12,8 @@ from codevolve.evaluator_workers.sandbox import SandboxPool
 from codevolve.evaluator_workers.worker import run_worker
 from codevolve.program_db import repository
 from codevolve.program_db.engine import create_engine, session_factory, upgrade
-from codevolve.services.controller import Controller
-from codevolve.services.runtime import cached_problem, make_proposer
+from codevolve.services.controller.loop import Controller
+from codevolve.services.runtime.embedded import cached_problem, make_proposer
 
 RUN_TIMEOUT_S = 60.0  # a run that hangs (a leaked slot) fails here instead of forever
 

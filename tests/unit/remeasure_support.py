@@ -21,7 +21,7 @@ from codevolve.core.task import Task
 from codevolve.evaluator_workers.local_queue import LocalQueue
 from codevolve.evaluator_workers.sandbox import SandboxPool
 from codevolve.evaluator_workers.worker import run_worker
-from codevolve.services.controller import Controller, Progress
+from codevolve.services.controller.loop import Controller, Progress
 
 LUCKY_SEED = 1234  # the evaluation seed lucky programs are first evaluated with
 LUCKY_DRAW = int(np.random.default_rng(LUCKY_SEED).integers(2**31))  # the stage's input then

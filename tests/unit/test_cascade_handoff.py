@@ -215,8 +215,8 @@ class _Side:
 async def test_gemm_tiling_gpu_evolves_across_a_cpu_pool_and_a_gpu_pool(tmp_path: Path) -> None:
     from codevolve.program_db import repository
     from codevolve.program_db.engine import create_engine, session_factory, upgrade
-    from codevolve.services.controller import Controller
-    from codevolve.services.runtime import cached_problem, make_proposer
+    from codevolve.services.controller.loop import Controller
+    from codevolve.services.runtime.embedded import cached_problem, make_proposer
 
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'run.sqlite'}")
     await upgrade(engine)
@@ -268,6 +268,6 @@ async def test_gemm_tiling_gpu_evolves_across_a_cpu_pool_and_a_gpu_pool(tmp_path
 
 
 def _hash(source: str) -> str:
-    from codevolve.services.controller import content_hash
+    from codevolve.services.controller.loop import content_hash
 
     return content_hash(source)

@@ -14,9 +14,9 @@ from codevolve.core.program import Program, ProgramStatus
 from codevolve.program_db import repository
 from codevolve.program_db.engine import create_engine, session_factory, upgrade
 from codevolve.services.cli import main
-from codevolve.services.controller import Progress
-from codevolve.services.report import build_report
-from codevolve.services.views import job_status
+from codevolve.services.controller.loop import Progress
+from codevolve.services.read_models.report import build_report
+from codevolve.services.read_models.views import job_status
 from tests.unit.remeasure_support import (
     LUCKY_FAILING,
     LUCKY_LOW,

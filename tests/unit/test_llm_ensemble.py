@@ -16,7 +16,7 @@ from codevolve.proposers.llm.breaker import CircuitBreaker
 from codevolve.proposers.llm.client import retry_after
 from codevolve.proposers.llm.ensemble import Ensemble
 from codevolve.proposers.llm.prices import cost_usd, prices_of
-from codevolve.services.cli_llm import add_run_arguments, parse_model, proposer_overrides
+from codevolve.services.cli.llm import add_run_arguments, parse_model, proposer_overrides
 
 
 def test_simulated_stays_the_default_and_logs_no_prompts() -> None:

@@ -8,7 +8,7 @@ from codevolve.core.config import ModelConfig, ProposerConfig, RunConfig
 from codevolve.core.program import Evaluation, ProgramStatus, StageResult
 from codevolve.core.prompt import ProgramView, Prompt, Proposal
 from codevolve.program_db.usage import UsageRow
-from codevolve.services.proposal_ledger import ProposalLedger
+from codevolve.services.controller.proposal_ledger import ProposalLedger
 
 
 class Learner:

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from codevolve.problems.openevolve import Bundle, BundleError, fitness, make_bundle, read_config
-from codevolve.services.bundles import run_config_for
+from codevolve.services.runtime.bundles import run_config_for
 
 CONFIG = """\
 max_iterations: 250

@@ -25,8 +25,8 @@ from codevolve.evaluator_workers.local_queue import LocalQueue
 from codevolve.program_db import repository
 from codevolve.program_db.engine import create_engine, session_factory
 from codevolve.prompt_sampler.builder import build_prompt
-from codevolve.services.proposal_pool import ProposalPool, Settled, _dumps, settle
-from codevolve.services.runtime import cached_problem, make_proposer
+from codevolve.services.controller.proposal_pool import ProposalPool, Settled, _dumps, settle
+from codevolve.services.runtime.embedded import cached_problem, make_proposer
 from tests.unit.controller_support import run_job
 
 PROBLEM = "gemm-tiling"
@@ -127,7 +127,7 @@ def test_processes_exit_when_the_controller_is_killed() -> None:
         """
         import asyncio
         from tests.unit.test_proposal_pool import _proposer
-        from codevolve.services.proposal_pool import ProposalPool
+        from codevolve.services.controller.proposal_pool import ProposalPool
 
         async def main():
             async with ProposalPool(_proposer(), processes=2, max_code_length=10) as pool:

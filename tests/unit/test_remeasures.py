@@ -15,7 +15,7 @@ from codevolve.core.config import RunConfig
 from codevolve.core.measurement import RemeasurePolicy
 from codevolve.core.program import Evaluation, Program, ProgramStatus, StageResult
 from codevolve.core.task import failed_evaluation
-from codevolve.services.remeasures import Remeasures, remeasure_seed
+from codevolve.services.controller.remeasures import Remeasures, remeasure_seed
 
 CONFIG = RunConfig(problem="seeded", seed=7)
 PROGRAM = Program(

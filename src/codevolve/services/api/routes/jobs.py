@@ -38,7 +38,7 @@ from codevolve.services.api.schemas import (
     ProgramPage,
     ProgramSummary,
 )
-from codevolve.services.bundles import run_config_for
+from codevolve.services.runtime.bundles import run_config_for
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 JobIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="job id (uuid4 hex)")]
@@ -88,7 +88,9 @@ async def _check_workers(request: Request, problem: str) -> None:
     fleet = state_of(request).fleet
     if fleet is None or problem.startswith(BUNDLE_PROBLEM_PREFIX):
         return
-    from codevolve.services.runtime import cached_problem  # builds each problem once
+    from codevolve.services.runtime.embedded import (
+        cached_problem,  # builds each problem once
+    )
 
     needed = needed_capabilities(cached_problem(problem).stages) - {CPU}
     served = {capability for worker in await fleet() for capability in worker.capabilities}

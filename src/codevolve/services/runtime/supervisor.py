@@ -36,9 +36,9 @@ from codevolve.evaluator_workers.worker import run_worker
 from codevolve.program_db import repository
 from codevolve.program_db.bundles import get_bundle
 from codevolve.proposers.base import Proposer
-from codevolve.services.controller import Controller
-from codevolve.services.problem_source import load_bundle_problem
-from codevolve.services.runtime import cached_problem, open_proposer
+from codevolve.services.controller.loop import Controller
+from codevolve.services.runtime.embedded import cached_problem, open_proposer
+from codevolve.services.runtime.problem_source import load_bundle_problem
 
 log = logging.getLogger(__name__)
 

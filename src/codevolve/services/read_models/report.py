@@ -13,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from codevolve.core.problem import TRAIN_SCORE, Problem
 from codevolve.core.prompt import ProposalStatus
 from codevolve.program_db import repository
-from codevolve.services.usage_views import job_usage
-from codevolve.services.views import job_best
+from codevolve.services.read_models.usage import job_usage
+from codevolve.services.read_models.views import job_best
 
 HELDOUT_SCORE = "score"  # the held-out metric that mirrors a program's score on the held-out split
 

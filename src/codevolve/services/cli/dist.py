@@ -32,7 +32,7 @@ from codevolve.core.errors import ConfigError
 from codevolve.evaluator_workers.heartbeat import list_workers
 from codevolve.evaluator_workers.redis_keys import CAPABILITIES, DEFAULT_PREFIX, RedisKeys
 from codevolve.evaluator_workers.redis_queue import QueueTuning
-from codevolve.services.cli_options import at_least, check_problem, config_error, db_option
+from codevolve.services.cli.options import at_least, check_problem, config_error, db_option
 from codevolve.services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from codevolve.services.worker_process import WorkerOptions, run_worker_process
+    from codevolve.services.runtime.workers import WorkerOptions, run_worker_process
 
     url = _redis_url(args, required=True)
     assert url is not None
@@ -213,7 +213,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     if options.heartbeat_s * 2 > options.tuning.lease_s:
         raise ConfigError("--heartbeat-s must be under half of --lease-s, or leases lapse")
     if args.capability == "gpu" or args.gpus is not None:
-        from codevolve.services.gpu_workers import run_gpu_workers
+        from codevolve.services.runtime.gpu_workers import run_gpu_workers
 
         return run_gpu_workers(args, url, options)
     return run_worker_process(url, args.capability, args.concurrency, args.name, options=options)
@@ -231,8 +231,8 @@ async def serve(args: argparse.Namespace) -> None:
     """Migrate, then run the supervisor and (when installed) the API until SIGTERM or SIGINT."""
     from codevolve.program_db.engine import session_factory
     from codevolve.services.database import open_database
-    from codevolve.services.runtime import tune_gc
-    from codevolve.services.supervisor import Supervisor, SupervisorOptions
+    from codevolve.services.runtime.embedded import tune_gc
+    from codevolve.services.runtime.supervisor import Supervisor, SupervisorOptions
 
     url = _redis_url(args, required=False)
     tune_gc()

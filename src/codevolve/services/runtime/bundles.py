@@ -33,7 +33,7 @@ from codevolve.problems.openevolve.bundle import CONFIG, NAME_PREFIX
 from codevolve.problems.openevolve.config import SOURCES
 from codevolve.problems.registry import get_problem
 from codevolve.program_db.bundles import get_bundle, store_bundle
-from codevolve.services import cli_llm
+from codevolve.services.cli import llm as cli_llm
 
 LOCAL_OWNER = "local"  # the owner of bundles stored by the command line
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from codevolve.core.errors import CodevolveError
 from codevolve.program_db.errors import UnknownJobError
-from codevolve.services.cli_options import db_option
+from codevolve.services.cli.options import db_option
 
 ARTIFACT_PREFIX = "factors_"
 PAGE = 200  # programs read per query

@@ -32,15 +32,17 @@ from codevolve.core.config import ProposerConfig, RunConfig
 from codevolve.core.errors import ConfigError
 from codevolve.core.job import Job
 from codevolve.program_db.errors import UnknownJobError
-from codevolve.services import bundles, cli_dist, cli_llm
-from codevolve.services import controller as controller_module
-from codevolve.services.cli_options import (
+from codevolve.services.cli import dist as cli_dist
+from codevolve.services.cli import llm as cli_llm
+from codevolve.services.cli.options import (
     EXIT_FAILED,
     at_least,
     check_problem,
     config_error,
     db_option,
 )
+from codevolve.services.controller import loop as controller_module
+from codevolve.services.runtime import bundles
 
 WIDE = 100  # terminal columns from which the progress bar shows every column in words
 NARROW = 72  # terminal columns below which the bar shows its counts only
@@ -80,7 +82,7 @@ def register(sub: Any) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from codevolve.services.runtime import run_embedded
+    from codevolve.services.runtime.embedded import run_embedded
 
     console = Console(stderr=True)
     _check_report_path(args.report)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.errors import ConfigError
-from codevolve.services.cli_options import db_option
+from codevolve.services.cli.options import db_option
 
 T = TypeVar("T")
 OWNER_PATTERN = r"^[A-Za-z0-9_.@-]{1,200}$"  # the API's rule for owner names

@@ -21,8 +21,12 @@ from rich.table import Table
 
 from codevolve.core.errors import CodevolveError
 from codevolve.program_db.errors import UnknownJobError, UnknownProgramError
-from codevolve.services import cli_dist, cli_export, cli_llm, cli_run, cli_token
-from codevolve.services.cli_options import (
+from codevolve.services.cli import dist as cli_dist
+from codevolve.services.cli import export as cli_export
+from codevolve.services.cli import llm as cli_llm
+from codevolve.services.cli import run as cli_run
+from codevolve.services.cli import tokens as cli_token
+from codevolve.services.cli.options import (
     EXIT_FAILED,
     EXIT_USAGE,
     Parser,
@@ -138,8 +142,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     """Exit 0 when the program passes the cascade, EXIT_FAILED when it fails or is rejected."""
-    from codevolve.services.cli_summaries import print_evaluation
-    from codevolve.services.evaluate import evaluate_file
+    from codevolve.services.cli.evaluate import evaluate_file
+    from codevolve.services.cli.summaries import print_evaluation
 
     check_problem(args.problem)
     result = evaluate_file(problem=args.problem, program=args.program, shapes=args.shapes)
@@ -173,8 +177,8 @@ def _cmd_best(args: argparse.Namespace) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     from codevolve.program_db import repository
-    from codevolve.services.usage_views import program_proposal
-    from codevolve.services.views import program_summary
+    from codevolve.services.read_models.usage import program_proposal
+    from codevolve.services.read_models.views import program_summary
 
     async def go() -> dict[str, Any]:
         async with reading_session(args.db) as session:
@@ -198,8 +202,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _cmd_status(args: argparse.Namespace) -> int:
     from codevolve.program_db import repository
-    from codevolve.services.cli_summaries import print_status
-    from codevolve.services.views import job_status
+    from codevolve.services.cli.summaries import print_status
+    from codevolve.services.read_models.views import job_status
 
     async def go() -> dict[str, Any]:
         async with reading_session(args.db) as session:

@@ -19,7 +19,7 @@ from codevolve.evaluator_workers.gpu.pinning import (
     select_gpus,
     visible_gpus,
 )
-from codevolve.services.worker_process import WorkerOptions, run_worker_process
+from codevolve.services.runtime.workers import WorkerOptions, run_worker_process
 
 
 def run_gpu_workers(args: argparse.Namespace, url: str, options: WorkerOptions) -> int:

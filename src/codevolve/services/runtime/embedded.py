@@ -32,10 +32,14 @@ from codevolve.program_db import repository
 from codevolve.program_db.engine import session_factory
 from codevolve.proposers.base import Proposer
 from codevolve.proposers.simulated import SimulatedProposer
-from codevolve.services.bundles import is_bundle_name, prepare_problem, resolve_loaded
-from codevolve.services.controller import Controller, Progress
+from codevolve.services.controller.loop import Controller, Progress
 from codevolve.services.database import open_database
-from codevolve.services.report import build_report
+from codevolve.services.read_models.report import build_report
+from codevolve.services.runtime.bundles import (
+    is_bundle_name,
+    prepare_problem,
+    resolve_loaded,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +85,7 @@ def make_proposer(config: RunConfig, problem: Problem) -> Proposer:
 async def open_proposer(config: RunConfig, problem: Problem) -> AsyncIterator[Proposer]:
     """The run's proposer, with whatever it holds (an HTTP client) closed when the run ends."""
     if config.proposer.kind == "llm":
-        from codevolve.services.llm_runtime import open_llm_proposer
+        from codevolve.services.runtime.llm import open_llm_proposer
 
         async with open_llm_proposer(config) as llm:
             yield llm

@@ -54,9 +54,9 @@ from codevolve.program_db.archive import WRITTEN
 from codevolve.program_db.mirror import ArchiveMirror
 from codevolve.prompt_sampler.builder import build_prompt
 from codevolve.proposers.base import Proposer
-from codevolve.services.proposal_ledger import ProposalLedger
-from codevolve.services.proposal_pool import ProposalPool, Settled, content_hash
-from codevolve.services.remeasures import AT_ONCE, Remeasures
+from codevolve.services.controller.proposal_ledger import ProposalLedger
+from codevolve.services.controller.proposal_pool import ProposalPool, Settled, content_hash
+from codevolve.services.controller.remeasures import AT_ONCE, Remeasures
 
 log = logging.getLogger(__name__)
 
