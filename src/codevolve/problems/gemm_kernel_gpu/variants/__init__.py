@@ -1,0 +1,1 @@
+"""Kernel variants a dispatch rule can launch, as source text (kernel_source.py inserts them)."""
