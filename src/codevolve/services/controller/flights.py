@@ -1,0 +1,106 @@
+"""The programs in flight: inserted (pending), their tasks queued, their results not applied.
+
+A program's task is sent only after its row committed. A task that could not be sent is not in
+flight: the end of the run finds the program pending and sends it then. A program in flight may
+hold one of the run's proposal slots, released when its result lands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from codevolve.core.job import Job
+from codevolve.core.program import Evaluation, Program, ProgramId
+from codevolve.core.task import Task
+from codevolve.evaluator_workers.queue import TaskQueue
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    program: Program
+    holds_slot: bool  # a proposal slot is released when its result lands
+    task: Task  # as enqueued; continued when a worker hands the program on
+
+
+class Flights:
+    """The job's programs in flight and the queue their tasks go to."""
+
+    def __init__(self, job: Job, queue: TaskQueue) -> None:
+        self._job = job
+        self._queue = queue
+        self._flying: dict[ProgramId, InFlight] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._flying)
+
+    def __contains__(self, program_id: ProgramId) -> bool:
+        return program_id in self._flying
+
+    def get(self, program_id: ProgramId) -> InFlight | None:
+        return self._flying.get(program_id)
+
+    def land(self, program_id: ProgramId) -> InFlight | None:
+        """The program's flight, now over (None: it was not in flight)."""
+        return self._flying.pop(program_id, None)
+
+    def task(self, program: Program, *, parent_scores: dict[str, float], seed: int | None) -> Task:
+        """The program's task; ``seed`` None: the one derived from the job's seed."""
+        config = self._job.config
+        return Task(
+            program_id=program.id,
+            job_id=self._job.id,
+            problem=config.problem,  # what workers resolve, e.g. bundle:<sha>
+            source=program.source,
+            seed=seed if seed is not None else derived_seed(config.seed, program),
+            parent_scores=parent_scores,
+            limits=config.sandbox,
+            attempt=program.attempts,
+        )
+
+    async def send(self, flight: InFlight) -> None:
+        """Queue one program's task (a resume, a lost queue)."""
+        self._flying[flight.program.id] = flight
+        try:
+            await self._queue.submit(flight.task)
+        except BaseException:  # not queued: nothing is in flight, and the end of the run sends it
+            self._flying.pop(flight.program.id, None)
+            raise
+
+    async def send_many(self, flights: Sequence[InFlight]) -> None:
+        """Queue a batch of new children's tasks in one round trip."""
+        for flight in flights:
+            self._flying[flight.program.id] = flight
+        try:
+            await self._queue.submit_many([flight.task for flight in flights])
+        except BaseException:  # not queued: nothing is in flight, and the end of the run sends it
+            for flight in flights:
+                self._flying.pop(flight.program.id, None)
+            raise
+
+    async def hand_on(self, evaluation: Evaluation) -> None:
+        """Queue the rest of a cascade that a worker could not run (a GPU stage) for a worker
+        with the capability it needs; the stages already run travel with the task."""
+        flight = self._flying.get(evaluation.program_id)
+        if flight is None or evaluation.handoff is None:
+            log.info("program %s: hand-off of a task no longer in flight", evaluation.program_id)
+            return
+        task = dataclasses.replace(
+            flight.task,
+            capability=evaluation.handoff,
+            start_stage=len(evaluation.stages),
+            prior_stages=evaluation.stages,
+        )
+        self._flying[evaluation.program_id] = dataclasses.replace(flight, task=task)
+        await self._queue.submit(task)
+
+
+def derived_seed(seed: int, program: Program) -> int:
+    """The evaluation seed of a program sent again: fixed by the job's seed and its index."""
+    return int(np.random.default_rng([seed, program.proposal_index + 1]).integers(2**31))

@@ -1,0 +1,160 @@
+"""Settled proposals, written in batches: what a proposal becomes in the proposal log and,
+when its answer applied, the child program.
+
+Proposals that finish while a write is in progress are written together: one batched write
+through the store (one statement on Postgres) and then one round trip to the queue for the
+children's tasks. The first proposal to arrive while no write runs does the writing, batch after
+batch, until nothing waits; the others join whatever batch comes next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from codevolve.core.diff import ApplyFailure
+from codevolve.core.job import Job
+from codevolve.core.program import Program, ProgramStatus
+from codevolve.core.prompt import Prompt, ProposalStatus
+from codevolve.program_db.job_store import JobStore
+from codevolve.program_db.jobs import ProposalEntry
+from codevolve.services.controller.flights import Flights, InFlight
+from codevolve.services.controller.proposal_pool import Settled
+
+
+class Written(StrEnum):
+    """What became of a proposal once its write committed."""
+
+    CHILD = "child"  # the child was inserted and enqueued; it holds the proposal's slot
+    DUPLICATE = "duplicate"  # the child's code was already in the job
+    RECORDED = "recorded"  # no child (the proposer failed or the answer did not apply)
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A settled proposal as the log stores it, and its child (None: no code to evaluate)."""
+
+    entry: ProposalEntry
+    child: Program | None
+
+
+def answered(
+    job: Job,
+    index: int,
+    *,
+    island: int,
+    epoch: int,
+    parent: Program,
+    settled: Settled,
+    prompt: Prompt,
+    texts: tuple[str, str],
+) -> Answered:
+    """The log entry of proposal ``index`` and the child its answer made, if any. ``epoch``: the
+    island's when the parent was drawn; ``texts``: the (prompt, answer) to store."""
+    proposal, outcome = settled.proposal, settled.outcome
+    entry = ProposalEntry(
+        index=index,
+        parent_id=parent.id,
+        island=island,
+        proposer=proposal.proposer,
+        status=ProposalStatus.CHILD,
+        tokens_in=proposal.tokens_in,
+        tokens_out=proposal.tokens_out,
+        cost_usd=proposal.cost_usd,
+        prompt=texts[0],
+        answer=texts[1],
+        prompt_variant=prompt.variant,
+    )
+    if outcome is None:
+        failed = ProposalStatus.PROPOSER_FAILED
+        return Answered(
+            dataclasses.replace(entry, status=failed, reason=proposal.error or ""), None
+        )
+    if isinstance(outcome, ApplyFailure):
+        reason = f"{outcome.kind}: {outcome.message}"
+        entry = dataclasses.replace(entry, status=ProposalStatus.APPLY_FAILED, reason=reason)
+        return Answered(entry, None)
+    child = Program(
+        id=uuid.uuid4().hex,
+        job_id=job.id,
+        source=outcome.source,
+        content_hash=settled.content_hash,
+        parent_id=parent.id,
+        island=island,
+        epoch=epoch,
+        generation=parent.generation + 1,
+        proposal_index=index,
+        status=ProgramStatus.PENDING,
+        attempts=1,  # its task is enqueued right after the insert commits
+        diff=outcome.diff_text,
+        proposer=proposal.proposer,
+    )
+    return Answered(dataclasses.replace(entry, program_id=child.id), child)
+
+
+@dataclass(slots=True)
+class _Write:
+    """A settled proposal waiting for the next batched write."""
+
+    answered: Answered
+    parent_scores: dict[str, float]
+    seed: int
+    done: asyncio.Future[Written]
+
+
+class ProposalWrites:
+    """Writes settled proposals in batches, then sends their children's tasks."""
+
+    def __init__(self, store: JobStore, flights: Flights) -> None:
+        self._store = store
+        self._flights = flights
+        self._writes: list[_Write] = []  # settled proposals waiting for the writer
+        self._writing = False  # a proposal is writing batches now; others join its next one
+
+    async def write(
+        self, answer: Answered, *, parent_scores: dict[str, float], seed: int
+    ) -> Written:
+        """Queue a settled proposal for the next batched write and wait until it is written."""
+        done = asyncio.get_running_loop().create_future()
+        write = _Write(answered=answer, parent_scores=parent_scores, seed=seed, done=done)
+        self._writes.append(write)
+        if not self._writing:
+            self._writing = True
+            try:
+                while self._writes:
+                    batch, self._writes = self._writes, []
+                    try:
+                        await self._write_batch(batch)
+                    except Exception as exc:  # noqa: BLE001  (each proposal of the batch meets it)
+                        for pending in batch:
+                            if not pending.done.done():
+                                pending.done.set_exception(exc)
+            finally:
+                self._writing = False
+        return await write.done
+
+    async def _write_batch(self, batch: Sequence[_Write]) -> None:
+        """One write of the batch's children and proposal log, then one round trip to the queue
+        for the children's tasks."""
+        children = [write.answered.child for write in batch if write.answered.child is not None]
+        entries = [write.answered.entry for write in batch]
+        inserted = await self._store.write_proposals(children, entries)
+        flights = []
+        for write in batch:
+            child = write.answered.child
+            if child is not None and child.id in inserted:
+                task = self._flights.task(child, parent_scores=write.parent_scores, seed=write.seed)
+                flights.append(InFlight(program=child, holds_slot=True, task=task))
+        await self._flights.send_many(flights)
+        for write in batch:
+            child = write.answered.child
+            if child is None:
+                write.done.set_result(Written.RECORDED)
+            elif child.id in inserted:
+                write.done.set_result(Written.CHILD)
+            else:
+                write.done.set_result(Written.DUPLICATE)

@@ -1,0 +1,120 @@
+"""Result application: a batch of evaluations into the database and the archive.
+
+One transaction per batch: one guarded ``pending -> evaluated`` UPDATE for all of them (a result
+delivered twice is applied once), then the archive statements only for the programs that change
+it, decided by the mirror and written through the guarded upserts. The best cost seen per case
+is mirrored too: read per proposal (the prompts show it), written (improvements only) per result.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from codevolve.core.problem import Problem
+from codevolve.core.program import CellKey, Evaluation, Program, ProgramId, ProgramStatus
+from codevolve.core.prompt import BestCase
+from codevolve.program_db import archive
+from codevolve.program_db.archive import WRITTEN
+from codevolve.program_db.job_store import JobStore, JobTransaction
+from codevolve.program_db.programs import evaluated_program
+from codevolve.services.controller.parents import ParentCache
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """A result that changed its program: the program as it was sent, the evaluation, its cell
+    (None unless evaluated)."""
+
+    program: Program
+    evaluation: Evaluation
+    cell: CellKey | None
+
+
+class ResultApplier:
+    """Applies final results (not hand-offs, not re-measure samples) of one job."""
+
+    def __init__(self, store: JobStore, parents: ParentCache, problem: Problem) -> None:
+        self._store = store
+        self._parents = parents
+        self._problem = problem
+        self.best_cases: dict[str, BestCase] = {}  # per case key; loaded at the run's start
+
+    async def apply(
+        self, finals: Sequence[Evaluation], sent: Mapping[ProgramId, Program]
+    ) -> list[Applied]:
+        """Apply ``finals``; the results that changed their program, once each. ``sent``: the
+        programs in flight as sent; any other program a result names is read from the database."""
+        results = [(evaluation, self.cell(evaluation)) for evaluation in finals]
+        try:
+            async with self._store.transaction() as unit:
+                applied_ids = await unit.apply_evaluations(results)
+                known = dict(sent)
+                missing = [pid for pid in applied_ids if pid not in known]
+                known.update({p.id: p for p in await unit.programs(missing)})
+                applied: dict[ProgramId, Applied] = {}
+                for evaluation, cell in results:
+                    program = known.get(evaluation.program_id)
+                    if evaluation.program_id in applied_ids and program is not None:
+                        applied.setdefault(program.id, Applied(program, evaluation, cell))
+                await self._archive(unit, list(applied.values()))
+        except BaseException:
+            self._parents.forget()
+            raise
+        return list(applied.values())
+
+    def cell(self, evaluation: Evaluation) -> CellKey | None:
+        if evaluation.status is not ProgramStatus.EVALUATED:
+            return None
+        return archive.cell_key(evaluation.features, self._problem.features)
+
+    async def _archive(self, unit: JobTransaction, applied: Sequence[Applied]) -> None:
+        """Best cases, elites and the job's best for a batch of applied results."""
+        mirror = self._parents.mirror or await self._parents.load(unit)
+        self._parents.mirror = mirror
+        improved: list[BestCase] = []
+        elites: dict[ProgramId, Program] = {}  # as evaluated, for the prompts that show them
+        for result in applied:
+            program, evaluation, cell = result.program, result.evaluation, result.cell
+            improved += self._improved_cases(result)
+            score = evaluation.score
+            if evaluation.status is not ProgramStatus.EVALUATED or score is None or cell is None:
+                continue
+            if program.parent_id is None:  # the seed enters every island at its current epoch
+                targets = list(mirror.epochs.items())
+            else:
+                targets = [(program.island, program.epoch)]
+            for island, epoch in targets:
+                decided = mirror.offer(
+                    island=island, cell=cell, program_id=program.id, score=score, epoch=epoch
+                )
+                if decided not in WRITTEN:
+                    continue
+                written = await unit.add_elite(
+                    island=island, cell=cell, program_id=program.id, score=score, epoch=epoch
+                )
+                if written is not decided:  # someone else wrote: read the archive again
+                    log.warning("job %s: archive changed outside; reloading", self._store.job_id)
+                    self._parents.forget()
+                elites[program.id] = evaluated_program(program, evaluation, cell)
+        if improved:
+            await unit.record_best_cases(improved)
+        if elites:
+            self._parents.cache(list(elites.values()))
+            self._parents.changed.set()
+
+    def _improved_cases(self, result: Applied) -> list[BestCase]:
+        """The cases where this result's cost beats the best seen, now held as the best."""
+        improved = []
+        for case in result.evaluation.cases:
+            held = self.best_cases.get(case.key)
+            if held is None or case.cost < held.cost:
+                best_case = BestCase(
+                    key=case.key, cost=case.cost, detail=case.detail, program_id=result.program.id
+                )
+                self.best_cases[case.key] = best_case
+                improved.append(best_case)
+        return improved
