@@ -18,6 +18,7 @@ from codevolve.core.job import Job
 from codevolve.core.program import Evaluation, Program, ProgramId
 from codevolve.core.task import Task
 from codevolve.evaluator_workers.queue import TaskQueue
+from codevolve.program_db.job_store import JobStore
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +33,10 @@ class InFlight:
 class Flights:
     """The job's programs in flight and the queue their tasks go to."""
 
-    def __init__(self, job: Job, queue: TaskQueue) -> None:
+    def __init__(self, job: Job, queue: TaskQueue, store: JobStore) -> None:
         self._job = job
         self._queue = queue
+        self._store = store
         self._flying: dict[ProgramId, InFlight] = {}
 
     def __bool__(self) -> bool:
@@ -64,8 +66,36 @@ class Flights:
             attempt=program.attempts,
         )
 
+    async def resend(self, program: Program, *, holds_slot: bool = False) -> None:
+        """Send a program already in the database again (a resume, a lost queue): one more
+        attempt counted, and its parent's stage scores for the parent-relative thresholds."""
+        async with self._store.transaction() as unit:
+            attempts = await unit.mark_enqueued(program.id)
+            parent = None if program.parent_id is None else await unit.program(program.parent_id)
+        program = dataclasses.replace(program, attempts=attempts)
+        parent_scores = dict(parent.stage_scores) if parent else {}
+        task = self.task(program, parent_scores=parent_scores, seed=None)
+        await self.send(InFlight(program=program, holds_slot=holds_slot, task=task))
+
+    async def resend_pending(self, *, stranded_only: bool = False) -> int:
+        """Send every pending program of the job again, keeping the slot a flight holds;
+        returns how many. ``stranded_only``: only those not in flight (a proposal broken
+        between inserting its child and sending its task, e.g. by a database restart)."""
+        async with self._store.transaction() as unit:
+            pending = await unit.pending_programs()
+        sent = 0
+        for program in pending:
+            flight = self._flying.get(program.id)
+            if stranded_only and flight is not None:
+                continue
+            if stranded_only:
+                log.warning("job %s: program %s had no task; enqueued", self._job.id, program.id)
+            await self.resend(program, holds_slot=flight is not None and flight.holds_slot)
+            sent += 1
+        return sent
+
     async def send(self, flight: InFlight) -> None:
-        """Queue one program's task (a resume, a lost queue)."""
+        """Queue one program's task."""
         self._flying[flight.program.id] = flight
         try:
             await self._queue.submit(flight.task)

@@ -22,66 +22,43 @@ its collaborators say how:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
-import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from codevolve.core.job import Job, JobState
 from codevolve.core.measurement import RemeasurePolicy
 from codevolve.core.problem import Problem
-from codevolve.core.program import Evaluation, Program, ProgramId, ProgramStatus
-from codevolve.core.prompt import ProposalStatus
+from codevolve.core.program import Evaluation, ProgramId, ProgramStatus
 from codevolve.evaluator_workers.queue import TaskQueue
 from codevolve.program_db.elites import Sample
 from codevolve.program_db.job_store import JobStore, Sessions
-from codevolve.program_db.jobs import ProposalEntry
 from codevolve.prompt_sampler.builder import build_prompt
 from codevolve.proposers.base import Proposer
 from codevolve.services.controller import islands
 from codevolve.services.controller.confirmation import BestConfirmation
 from codevolve.services.controller.flights import Flights, InFlight
 from codevolve.services.controller.parents import ParentCache
+from codevolve.services.controller.progress import Progress
 from codevolve.services.controller.proposal_ledger import ProposalLedger
 from codevolve.services.controller.proposal_pool import ProposalPool, content_hash
-from codevolve.services.controller.proposal_writes import ProposalWrites, Written, answered
+from codevolve.services.controller.proposal_writes import (
+    ProposalWrites,
+    Written,
+    answered,
+    failed_entry,
+    initial_program,
+)
 from codevolve.services.controller.remeasures import AT_ONCE, Remeasures
-from codevolve.services.controller.results import ResultApplier
+from codevolve.services.controller.results import ResultApplier, ResultReads
 
 log = logging.getLogger(__name__)
 
-INITIAL_PROPOSAL_INDEX = -1  # the seed program is not the answer to any proposal
-RESULT_POLL_S = 0.2  # seconds; how often the result loop checks for the end of the run
-RESULT_BATCH = 256  # results applied per transaction, at most
 CONTROL_POLL_S = 2.0  # seconds; how often the job's state is re-read (pause/cancel from outside)
 
 __all__ = ["Controller", "Progress", "content_hash"]
-
-
-@dataclass(slots=True)
-class Progress:
-    """Live counters of a run, for progress bars and logs."""
-
-    proposals: int = 0  # proposals recorded, this run and earlier ones
-    max_proposals: int = 0
-    evaluated: int = 0  # results applied in this process
-    failed: int = 0
-    rejected: int = 0
-    apply_failed: int = 0
-    duplicates: int = 0
-    remeasured: int = 0  # re-measure samples applied in this process (not proposals)
-    best_score: float | None = None  # the job's best as confirmed on independent samples
-    started: float = field(default_factory=time.monotonic)
-
-    @property
-    def evaluated_per_s(self) -> float:
-        elapsed = time.monotonic() - self.started
-        done = self.evaluated + self.failed + self.rejected
-        return done / elapsed if elapsed > 0 else 0.0
 
 
 class Controller:
@@ -114,11 +91,11 @@ class Controller:
             max_code_length=self._config.max_code_length,
         )
         self._slots = asyncio.Semaphore(self._config.max_in_flight)
-        self._flights = Flights(job, queue)
+        self._flights = Flights(job, queue, self._store)
         self._writes = ProposalWrites(self._store, self._flights)
         self._parents = ParentCache(self._store, self._config)
         self._results = ResultApplier(self._store, self._parents, problem)
-        self._result_read: asyncio.Future[list[Evaluation]] | None = None  # the one waiting
+        self._reads = ResultReads(queue)
         self._stop_proposing = asyncio.Event()
         self._final_state = JobState.DONE
         self._error: str | None = None
@@ -165,7 +142,7 @@ class Controller:
             count, next_index = await unit.proposal_stats()
             pending = await unit.pending_programs()
             if await unit.find_by_hash(content_hash(self._problem.initial_program)) is None:
-                pending = [self._initial_program()]
+                pending = [initial_program(self._job, self._problem.initial_program)]
                 await unit.insert_program(pending[0])
             best = await unit.confirmed_best()
             confirmed = None if best is None or best.remeasure is None else best.remeasure.confirmed
@@ -174,7 +151,7 @@ class Controller:
             self._ledger.warm_start(await unit.proposal_usage())
             self._parents.mirror = await self._parents.load(unit)
         for program in pending:
-            await self._enqueue(program)
+            await self._flights.resend(program)
         if pending:
             log.info("job %s: %d pending program(s) enqueued", self._job.id, len(pending))
         await self._remeasure_more()  # those a crash interrupted
@@ -184,39 +161,10 @@ class Controller:
         """Enqueue every pending program and every re-measure sample not landed again, e.g.
         after the queue lost its tasks (Redis restarted empty); returns how many tasks. A
         result that also arrives is applied once."""
-        async with self._store.transaction() as unit:
-            pending = await unit.pending_programs()
-        for program in pending:
-            flight = self._flights.get(program.id)
-            await self._enqueue(program, holds_slot=flight is not None and flight.holds_slot)
+        resent = await self._flights.resend_pending()
         outstanding = self._confirmation.outstanding()
         await self._queue.submit_many(outstanding)
-        return len(pending) + len(outstanding)
-
-    def _initial_program(self) -> Program:
-        source = self._problem.initial_program
-        return Program(
-            id=uuid.uuid4().hex,
-            job_id=self._job.id,
-            source=source,
-            content_hash=content_hash(source),
-            parent_id=None,
-            island=0,
-            generation=0,
-            proposal_index=INITIAL_PROPOSAL_INDEX,
-            status=ProgramStatus.PENDING,
-            proposer="initial",
-        )
-
-    async def _enqueue(self, program: Program, *, holds_slot: bool = False) -> None:
-        """Send a program already in the database again (a resume, a lost queue)."""
-        async with self._store.transaction() as unit:
-            attempts = await unit.mark_enqueued(program.id)
-            parent = None if program.parent_id is None else await unit.program(program.parent_id)
-        program = dataclasses.replace(program, attempts=attempts)
-        parent_scores = dict(parent.stage_scores) if parent else {}
-        task = self._flights.task(program, parent_scores=parent_scores, seed=None)
-        await self._flights.send(InFlight(program=program, holds_slot=holds_slot, task=task))
+        return resent + len(outstanding)
 
     async def _produce(
         self, tg: asyncio.TaskGroup, *, proposals_done: int, next_index: int
@@ -250,15 +198,8 @@ class Controller:
             raise
         except Exception:  # the iteration boundary: record, log with ids, go on
             log.exception("job %s proposal %d failed in the controller", self._job.id, index)
-            failed = ProposalEntry(
-                index=index,
-                parent_id=None,
-                island=0,
-                proposer=self._proposer.name,
-                status=ProposalStatus.PROPOSER_FAILED,
-                reason="internal error (see the controller log)",
-            )
             async with self._store.transaction() as unit:
+                failed = failed_entry(index, self._proposer)
                 self.progress.proposals += await unit.record_proposal(failed)
         finally:
             if not released:
@@ -324,45 +265,20 @@ class Controller:
     async def _consume_results(self) -> None:
         """Apply results until every proposal is resolved and nothing is in flight."""
         while not self._nothing_awaited():
-            evaluations = await self._next_results()
+            evaluations = await self._reads.next()
             if not evaluations and self._nothing_awaited():
                 # A proposal broken between inserting its child and enqueueing it (a database
                 # restart) leaves the child pending with no task: send it before ending.
-                await self._enqueue_stranded()
+                await self._flights.resend_pending(stranded_only=True)
             if not evaluations:
                 continue
             await self._apply(evaluations)
             self._on_progress(self.progress)
 
-    async def _enqueue_stranded(self) -> None:
-        async with self._store.transaction() as unit:
-            pending = await unit.pending_programs()
-        for program in pending:
-            if program.id not in self._flights:
-                log.warning("job %s: program %s had no task; enqueued", self._job.id, program.id)
-                await self._enqueue(program)
-
-    async def _next_results(self) -> list[Evaluation]:
-        """The next batch of results, or [] when the run ended while the read waited for one."""
-        self._result_read = asyncio.ensure_future(
-            self._queue.next_results(RESULT_POLL_S, RESULT_BATCH)
-        )
-        try:
-            return await self._result_read
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # the run itself is cancelled
-            return []  # _end_result_wait
-        finally:
-            self._result_read = None
-
     def _end_result_wait(self) -> None:
-        """Stop a read that waits for results when none can come (the run is over and nothing
-        is in flight), rather than let it wait out its poll. A result it had read anyway is
-        for no program in flight, so applying it would change nothing."""
-        if self._nothing_awaited() and self._result_read:
-            self._result_read.cancel()
+        """Stop a read that waits for results when none can come."""
+        if self._nothing_awaited():
+            self._reads.stop()
 
     def _nothing_awaited(self) -> bool:
         """The run is over and no result it waits for can come. A run that ends done waits for
@@ -400,7 +316,7 @@ class Controller:
         applied = await self._results.apply(finals, sent)
         for result in applied:
             evaluation = result.evaluation
-            self._count(evaluation)
+            self.progress.count(evaluation)
             self._ledger.evaluated(evaluation)
             if (
                 result.program.parent_id is None
@@ -417,16 +333,6 @@ class Controller:
         """More re-measures, unless the run ends other than done (the resume starts them)."""
         if self._final_state is JobState.DONE:
             await self._confirmation.start_more()
-
-    def _count(self, evaluation: Evaluation) -> None:
-        if evaluation.status is ProgramStatus.EVALUATED:
-            self.progress.evaluated += 1
-        elif evaluation.status is ProgramStatus.REJECTED:
-            self.progress.rejected += 1
-        else:
-            self.progress.failed += 1
-        if evaluation.status is ProgramStatus.FAILED:
-            log.debug("program %s failed: %s", evaluation.program_id, evaluation.error)
 
     # -------------------------------------------------------------- control
 

@@ -40,7 +40,7 @@ import numpy as np
 from codevolve.core.diff import Applied, ApplyFailure, ApplyOutcome
 from codevolve.core.program import CaseResult
 from codevolve.core.prompt import BestCase, ProgramView, Prompt, Proposal
-from codevolve.prompt_sampler.diff import apply_answer
+from codevolve.prompt_sampler.search_replace import apply_answer
 from codevolve.proposers.base import Proposer
 
 log = logging.getLogger(__name__)

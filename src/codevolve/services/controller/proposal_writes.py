@@ -22,8 +22,11 @@ from codevolve.core.program import Program, ProgramStatus
 from codevolve.core.prompt import Prompt, ProposalStatus
 from codevolve.program_db.job_store import JobStore
 from codevolve.program_db.jobs import ProposalEntry
+from codevolve.proposers.base import Proposer
 from codevolve.services.controller.flights import Flights, InFlight
-from codevolve.services.controller.proposal_pool import Settled
+from codevolve.services.controller.proposal_pool import Settled, content_hash
+
+INITIAL_PROPOSAL_INDEX = -1  # the seed program is not the answer to any proposal
 
 
 class Written(StrEnum):
@@ -94,6 +97,34 @@ def answered(
         proposer=proposal.proposer,
     )
     return Answered(dataclasses.replace(entry, program_id=child.id), child)
+
+
+def initial_program(job: Job, source: str) -> Program:
+    """The job's seed: the problem's initial program, pending, on island 0."""
+    return Program(
+        id=uuid.uuid4().hex,
+        job_id=job.id,
+        source=source,
+        content_hash=content_hash(source),
+        parent_id=None,
+        island=0,
+        generation=0,
+        proposal_index=INITIAL_PROPOSAL_INDEX,
+        status=ProgramStatus.PENDING,
+        proposer="initial",
+    )
+
+
+def failed_entry(index: int, proposer: Proposer) -> ProposalEntry:
+    """The log entry of a proposal that broke in the controller (an unexpected error)."""
+    return ProposalEntry(
+        index=index,
+        parent_id=None,
+        island=0,
+        proposer=proposer.name,
+        status=ProposalStatus.PROPOSER_FAILED,
+        reason="internal error (see the controller log)",
+    )
 
 
 @dataclass(slots=True)

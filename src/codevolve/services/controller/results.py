@@ -8,6 +8,7 @@ is mirrored too: read per proposal (the prompts show it), written (improvements 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from codevolve.core.problem import Problem
 from codevolve.core.program import CellKey, Evaluation, Program, ProgramId, ProgramStatus
 from codevolve.core.prompt import BestCase
+from codevolve.evaluator_workers.queue import TaskQueue
 from codevolve.program_db import archive
 from codevolve.program_db.archive import WRITTEN
 from codevolve.program_db.job_store import JobStore, JobTransaction
@@ -22,6 +24,37 @@ from codevolve.program_db.programs import evaluated_program
 from codevolve.services.controller.parents import ParentCache
 
 log = logging.getLogger(__name__)
+
+RESULT_POLL_S = 0.2  # seconds; how long one read waits for a first result
+RESULT_BATCH = 256  # results applied per transaction, at most
+
+
+class ResultReads:
+    """Reads batches of results from the queue; a read that waits may be stopped from outside
+    (the run is over and nothing is awaited), rather than let it wait out its poll."""
+
+    def __init__(self, queue: TaskQueue) -> None:
+        self._queue = queue
+        self._read: asyncio.Future[list[Evaluation]] | None = None  # the one waiting
+
+    async def next(self) -> list[Evaluation]:
+        """The next batch of results, or [] when :meth:`stop` ended the read."""
+        self._read = asyncio.ensure_future(self._queue.next_results(RESULT_POLL_S, RESULT_BATCH))
+        try:
+            return await self._read
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the reader itself is cancelled
+            return []  # stopped
+        finally:
+            self._read = None
+
+    def stop(self) -> None:
+        """End the read that waits, if any. A result it had read anyway is for no program in
+        flight (the caller awaits none), so applying it would change nothing."""
+        if self._read:
+            self._read.cancel()
 
 
 @dataclass(frozen=True, slots=True)
