@@ -15,7 +15,7 @@ import pytest
 from codevolve.problems.examples import example_dir
 from codevolve.problems.openevolve import load_folder, loaded
 from codevolve.services.cli import main
-from codevolve.services.runtime.bundles import run_config_for
+from codevolve.services.run_config import bundle_run_config
 from codevolve.services.runtime.embedded import run_embedded
 
 INITIAL = """\
@@ -97,8 +97,9 @@ async def test_a_folder_runs_through_the_sandbox_cascade_and_its_artifacts_reach
     folder: Path, tmp_path: Path
 ) -> None:
     bundle = load_folder(folder)
-    overrides = {"max_proposals": 30, "proposer": {"log_prompts": True}}
-    config, warnings = run_config_for(bundle, overrides)
+    config, warnings = bundle_run_config(
+        bundle, {"proposals": 30}, fields={"proposer": {"log_prompts": True}}
+    )
     assert "mystery_option: unknown key; ignored" in warnings
     assert [m.name for m in config.proposer.models] == ["fast", "strong"]
     db = tmp_path / "run.sqlite"
@@ -164,7 +165,7 @@ def test_a_malformed_problem_dir_names_the_file(
 @pytest.mark.slow
 async def test_circle_packing_improves_on_its_initial_program(tmp_path: Path) -> None:
     bundle = load_folder(example_dir("circle_packing"))
-    config, _ = run_config_for(bundle, {"max_proposals": 100, "seed": 0})
+    config, _ = bundle_run_config(bundle, {"proposals": 100, "seed": 0})
     db = f"sqlite+aiosqlite:///{tmp_path / 'packing.sqlite'}"
     report = (await run_embedded(db_url=db, config=config, workers=2)).report
     assert report["initial_score"] == pytest.approx(2.356)
@@ -208,7 +209,7 @@ async def test_an_evaluator_that_runs_the_program_in_processes_drives_a_search(
     folder.mkdir()
     (folder / "initial_program.py").write_text(PROCESS_INITIAL)
     (folder / "evaluator.py").write_text(PROCESS_EVALUATOR)
-    config, _ = run_config_for(load_folder(folder), {"max_proposals": 12, "seed": 1})
+    config, _ = bundle_run_config(load_folder(folder), {"proposals": 12, "seed": 1})
     db = tmp_path / "processes.sqlite"
     result = await run_embedded(db_url=f"sqlite+aiosqlite:///{db}", config=config, workers=2)
     report = result.report

@@ -13,7 +13,8 @@ from codevolve.evaluator_workers.worker import run_worker
 from codevolve.program_db import repository
 from codevolve.program_db.engine import create_engine, session_factory, upgrade
 from codevolve.services.controller.loop import Controller
-from codevolve.services.runtime.embedded import cached_problem, make_proposer
+from codevolve.services.runtime.embedded import make_proposer
+from codevolve.services.runtime.problems import cached_problem
 
 RUN_TIMEOUT_S = 60.0  # a run that hangs (a leaked slot) fails here instead of forever
 

@@ -216,7 +216,8 @@ async def test_gemm_tiling_gpu_evolves_across_a_cpu_pool_and_a_gpu_pool(tmp_path
     from codevolve.program_db import repository
     from codevolve.program_db.engine import create_engine, session_factory, upgrade
     from codevolve.services.controller.loop import Controller
-    from codevolve.services.runtime.embedded import cached_problem, make_proposer
+    from codevolve.services.runtime.embedded import make_proposer
+    from codevolve.services.runtime.problems import cached_problem
 
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'run.sqlite'}")
     await upgrade(engine)

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from codevolve.problems.openevolve import Bundle, BundleError, fitness, make_bundle, read_config
-from codevolve.services.runtime.bundles import run_config_for
+from codevolve.services.run_config import bundle_run_config
 
 CONFIG = """\
 max_iterations: 250
@@ -56,7 +56,7 @@ def bundle(config: str) -> Bundle:
 
 
 def test_mapped_keys_land_in_the_run_config() -> None:
-    config, _ = run_config_for(bundle(CONFIG), {})
+    config, _ = bundle_run_config(bundle(CONFIG), {})
     assert config.problem.startswith("bundle:")
     assert (config.max_proposals, config.seed, config.max_code_length) == (250, 11, 5000)
     assert (config.top_inspirations, config.diverse_inspirations) == (4, 2)
@@ -66,7 +66,7 @@ def test_mapped_keys_land_in_the_run_config() -> None:
 
 
 def test_legacy_model_keys_become_the_ensemble() -> None:
-    config, warnings = run_config_for(bundle(CONFIG), {})
+    config, warnings = bundle_run_config(bundle(CONFIG), {})
     models = [(m.name, m.weight, m.base_url) for m in config.proposer.models]
     assert models == [
         ("fast", 0.8, "http://localhost:9000/v1"),
@@ -95,9 +95,10 @@ def test_problem_settings_shape_the_cascade_and_features() -> None:
 
 
 def test_command_line_options_override_the_config() -> None:
-    config, _ = run_config_for(
+    config, _ = bundle_run_config(
         bundle(CONFIG),
-        {"max_proposals": 9, "sandbox": {"wall_s": 5.0}, "proposer": {"kind": "llm"}},
+        {"proposals": 9},
+        fields={"sandbox": {"wall_s": 5.0}, "proposer": {"kind": "llm"}},
     )
     assert config.max_proposals == 9
     assert (config.sandbox.wall_s, config.sandbox.cpu_s) == (5.0, 30.0)
@@ -129,9 +130,9 @@ def test_malformed_configs_name_the_key(text: str, at_fault: str) -> None:
 
 def test_a_value_the_run_config_refuses_names_the_config_key() -> None:
     with pytest.raises(BundleError, match="max_iterations: Input should be greater than"):
-        run_config_for(bundle("max_iterations: 0\n"), {})
+        bundle_run_config(bundle("max_iterations: 0\n"), {})
     with pytest.raises(BundleError, match=r"evaluator\.timeout"):
-        run_config_for(bundle("evaluator:\n  timeout: -1\n"), {})
+        bundle_run_config(bundle("evaluator:\n  timeout: -1\n"), {})
 
 
 def test_fitness_is_combined_score_when_present() -> None:

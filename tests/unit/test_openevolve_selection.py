@@ -14,7 +14,7 @@ from codevolve.problems.openevolve import BundleError, load_problem, select_fold
 from codevolve.problems.openevolve.bundle import MAX_BUNDLE_BYTES, MAX_FILE_BYTES, make_bundle
 from codevolve.problems.openevolve.ignore import IGNORE_FILE, decision, parse_rules
 from codevolve.problems.openevolve.references import references
-from codevolve.services.runtime.problem_source import load_bundle_problem
+from codevolve.services.runtime.problems import load_bundle_problem
 
 INITIAL = "# EVOLVE-BLOCK-START\nX = 1\n# EVOLVE-BLOCK-END\n"
 EVALUATOR = """\

@@ -26,7 +26,8 @@ from codevolve.program_db import repository
 from codevolve.program_db.engine import create_engine, session_factory
 from codevolve.prompt_sampler.builder import build_prompt
 from codevolve.services.controller.proposal_pool import ProposalPool, Settled, _dumps, settle
-from codevolve.services.runtime.embedded import cached_problem, make_proposer
+from codevolve.services.runtime.embedded import make_proposer
+from codevolve.services.runtime.problems import cached_problem
 from tests.unit.controller_support import run_job
 
 PROBLEM = "gemm-tiling"

@@ -27,6 +27,7 @@ from codevolve.services.api.schemas import (
 )
 from codevolve.services.read_models.usage import job_usage, program_proposal
 from codevolve.services.read_models.views import job_best
+from codevolve.services.runtime.problems import cached_problem
 
 HISTORY_POINTS = 5000  # points sent to the chart; a long run is thinned to about this many
 TOP_PROGRAMS = 10
@@ -125,8 +126,6 @@ def _axes(problem: str) -> tuple[tuple[str, int], ...]:
     """Names and bin counts of the problem's feature descriptors (the heatmap's axes), built once
     per process (a poll every 2 s must not rebuild a problem); empty for a problem this process
     cannot build (an uploaded bundle it has not loaded), whose grid is sized from the cells."""
-    from codevolve.services.runtime.embedded import cached_problem
-
     try:
         features = cached_problem(problem).features
     except (CodevolveError, ImportError):

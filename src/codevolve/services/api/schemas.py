@@ -103,13 +103,10 @@ class JobConfigIn(_Input):
             raise PydanticCustomError("null", "null is not a value: leave the key out instead")
         return value
 
-    def run_config_fields(self) -> dict[str, Any]:
-        """The RunConfig field names and values of the keys that were given."""
-        renamed = {"proposals": "max_proposals", "in_flight": "max_in_flight"}
-        return {
-            renamed.get(key, key): value
-            for key, value in self.model_dump(exclude_none=True).items()
-        }
+    def given_keys(self) -> dict[str, Any]:
+        """The keys that were given, and their values (``run_config.NAMES`` maps them to
+        RunConfig fields)."""
+        return self.model_dump(exclude_none=True)
 
 
 class JobCreate(_Input):

@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from codevolve.core.config import RunConfig
@@ -32,7 +31,14 @@ from codevolve.core.errors import ConfigError
 from codevolve.evaluator_workers.heartbeat import list_workers
 from codevolve.evaluator_workers.redis_keys import CAPABILITIES, DEFAULT_PREFIX, RedisKeys
 from codevolve.evaluator_workers.redis_queue import QueueTuning
-from codevolve.services.cli.options import at_least, check_problem, config_error, db_option
+from codevolve.services.cli.options import (
+    JOB_KEYS,
+    at_least,
+    check_problem,
+    config_error,
+    db_option,
+)
+from codevolve.services.run_config import RunConfigRefused, run_config_of
 from codevolve.services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -137,18 +143,12 @@ def _redis_url(args: argparse.Namespace, *, required: bool) -> str | None:
 
 def run_config(args: argparse.Namespace) -> RunConfig:
     """The job's config from ``submit``'s options; a refused value names the option typed."""
-    fields = _config_fields(args.config)
-    fields |= {"problem": args.problem, "seed": args.seed, "max_proposals": args.proposals}
-    for option, name in (
-        ("islands", "islands"),
-        ("max_wall_s", "max_wall_s"),
-        ("in_flight", "max_in_flight"),
-    ):
-        if getattr(args, option) is not None:
-            fields[name] = getattr(args, option)
+    fields = _config_fields(args.config) | {"problem": args.problem}
+    keys = {"seed": args.seed, "proposals": args.proposals}
+    keys |= {key: value for key in JOB_KEYS if (value := getattr(args, key)) is not None}
     try:
-        return RunConfig.model_validate(fields)
-    except ValidationError as exc:
+        return run_config_of(keys, fields=fields)
+    except RunConfigRefused as exc:
         raise config_error(exc, other="--config") from exc
 
 
@@ -215,7 +215,14 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     if args.capability == "gpu" or args.gpus is not None:
         from codevolve.services.runtime.gpu_workers import run_gpu_workers
 
-        return run_gpu_workers(args, url, options)
+        return run_gpu_workers(
+            url,
+            capability=args.capability,
+            gpus_wanted=args.gpus,
+            concurrency=args.concurrency,
+            name=args.name,
+            options=options,
+        )
     return run_worker_process(url, args.capability, args.concurrency, args.name, options=options)
 
 

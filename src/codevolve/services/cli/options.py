@@ -1,8 +1,9 @@
 """What users type on the command line: shared options, and the messages that name them.
 
-A run's options become :class:`~codevolve.core.config.RunConfig` fields; when the config refuses a
-value, :func:`config_error` names the option the user typed (``--proposals``), not the field
-(``max_proposals``). :data:`FLAGS` is the one map between the two.
+A run's options become :class:`~codevolve.core.config.RunConfig` fields through
+:func:`~codevolve.services.run_config.run_config_of`, the function the API calls too; when the
+config refuses a value, :func:`config_error` names the option the user typed (``--proposals``),
+not the field (``max_proposals``).
 """
 
 from __future__ import annotations
@@ -10,37 +11,21 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import NoReturn
 
 from pydantic import ValidationError
 
 from codevolve.core.errors import ConfigError, UnknownProblemError
 from codevolve.problems.registry import problem_names
+from codevolve.services.run_config import RunConfigRefused, refusals_of
 from codevolve.services.settings import DB_HELP
 
 EXIT_FAILED = 1  # the command ran and its subject failed (a program rejected, a job failed)
 EXIT_USAGE = 2  # what the user typed cannot be used; nothing was changed
-
-# RunConfig field (dotted for nested ones) -> the option that sets it.
-FLAGS: dict[str, str] = {
-    "problem": "PROBLEM",
-    "seed": "--seed",
-    "max_proposals": "--proposals",
-    "max_wall_s": "--max-wall-s",
-    "islands": "--islands",
-    "max_in_flight": "--in-flight",
-    "proposer.max_cost_usd": "--max-cost",
-    "proposer.deadline_s": "--deadline-s",
-    "proposer.models": "--model",
-    "proposer.models.*.name": "--model",
-    "proposer.models.*.weight": "--model NAME:WEIGHT",
-    "proposer.models.*.temperature": "--temperature",
-    "proposer.models.*.max_tokens": "--max-tokens",
-    "proposer.models.*.max_concurrency": "--llm-concurrency",
-    "proposer.models.*.price_in": "--price",
-    "proposer.models.*.price_out": "--price",
-}
+# The job keys ``run`` takes as options (argparse dests, the API's JSON keys: run_config.NAMES),
+# in the order ``--resume`` checks them.
+JOB_KEYS = ("seed", "proposals", "islands", "max_wall_s", "in_flight")
 
 
 class Parser(argparse.ArgumentParser):
@@ -71,36 +56,17 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def config_error(exc: ValidationError, *, other: str = "config field") -> ConfigError:
-    """One line naming each refused option and the value the user gave."""
-    parts = []
-    for error in exc.errors(include_url=False):
-        location = tuple(error["loc"])
-        flag = flag_of(location) or f"{other} {'.'.join(str(p) for p in location)}".strip()
-        parts.append(f"{flag} {_requirement(error)}")
+def config_error(
+    exc: ValidationError | RunConfigRefused, *, other: str = "config field"
+) -> ConfigError:
+    """One line naming each refused option (``--proposals``, not the field ``max_proposals``)
+    and the value the user gave; a field no option sets is named after ``other``."""
+    refusals = exc.refusals if isinstance(exc, RunConfigRefused) else refusals_of(exc)
+    parts = [
+        f"{refusal.option or f'{other} {refusal.path}'.strip()} {refusal.requirement}"
+        for refusal in refusals
+    ]
     return ConfigError("; ".join(parts) or str(exc).splitlines()[0])
-
-
-def flag_of(location: Sequence[int | str]) -> str | None:
-    """The option behind a RunConfig location (list indices match ``*``)."""
-    dotted = ".".join("*" if isinstance(part, int) else part for part in location)
-    return FLAGS.get(dotted)
-
-
-def _requirement(error: Any) -> str:
-    bound = error.get("ctx", {})
-    given = error.get("input")
-    kind = error["type"]
-    words = {
-        "greater_than_equal": f"must be at least {bound.get('ge')}",
-        "greater_than": f"must be more than {bound.get('gt')}",
-        "less_than_equal": f"must be at most {bound.get('le')}",
-        "less_than": f"must be less than {bound.get('lt')}",
-    }.get(kind)
-    if words is None:
-        message = str(error["msg"]).removeprefix("Value error, ")
-        return f"is invalid: {message}" if given is None else f"is invalid: {message}, got {given}"
-    return f"{words}, got {given}"
 
 
 def check_problem(name: str) -> None:

@@ -34,27 +34,24 @@ from codevolve.core.job import Job
 from codevolve.program_db.errors import UnknownJobError
 from codevolve.services.cli import dist as cli_dist
 from codevolve.services.cli import llm as cli_llm
+from codevolve.services.cli import problem_dir
 from codevolve.services.cli.options import (
     EXIT_FAILED,
+    JOB_KEYS,
     at_least,
     check_problem,
     config_error,
     db_option,
 )
 from codevolve.services.controller import loop as controller_module
-from codevolve.services.runtime import bundles
+from codevolve.services.run_config import FIELD_OF, NAMES, RunConfigRefused, run_config_of
 
 WIDE = 100  # terminal columns from which the progress bar shows every column in words
 NARROW = 72  # terminal columns below which the bar shows its counts only
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it
-# Options that define a job: (argparse dest, RunConfig field, option as typed).
-JOB_OPTIONS = (
-    ("seed", "seed", "--seed"),
-    ("proposals", "max_proposals", "--proposals"),
-    ("islands", "islands", "--islands"),
-    ("max_wall_s", "max_wall_s", "--max-wall-s"),
-    ("in_flight", "max_in_flight", "--in-flight"),
-)
+# Options that define a job: (argparse dest and the API's JSON key, RunConfig field, option as
+# typed), from the one map of run_config.
+JOB_OPTIONS = tuple((key, FIELD_OF[key], NAMES[FIELD_OF[key]][1] or key) for key in JOB_KEYS)
 
 
 def register(sub: Any) -> None:
@@ -76,7 +73,7 @@ def register(sub: Any) -> None:
     run.add_argument("--report", type=Path, help="write the JSON report here")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     cli_llm.add_run_arguments(run)
-    bundles.add_run_arguments(run)
+    problem_dir.add_run_arguments(run)
     db_option(run)
     run.set_defaults(handler=_cmd_run)
 
@@ -90,7 +87,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.resume is not None:
         asyncio.run(_check_resume(args))
     elif args.problem_dir is not None:
-        config, warnings = bundles.run_config_from_args(args)
+        config, warnings = problem_dir.run_config_from_args(args)
         for warning in warnings:
             # One line each, however narrow the terminal: a wrapped warning reads as several.
             console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
@@ -142,19 +139,13 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
             "run: name a problem (e.g. gemm-tiling), --problem-dir PATH or --resume JOB"
         )
     check_problem(args.problem)
-    overrides: dict[str, Any] = {
-        "problem": args.problem,
-        "seed": 0 if args.seed is None else args.seed,
-        "max_proposals": 1000 if args.proposals is None else args.proposals,
-    }
-    for dest, field, _flag in JOB_OPTIONS:
-        if getattr(args, dest) is not None:
-            overrides[field] = getattr(args, dest)
+    fields: dict[str, Any] = {"problem": args.problem, "seed": 0, "max_proposals": 1000}
+    keys = {dest: value for dest, _, _ in JOB_OPTIONS if (value := getattr(args, dest)) is not None}
     try:
         if (proposer := cli_llm.proposer_overrides(args)) is not None:
-            overrides["proposer"] = proposer
-        return RunConfig.model_validate(overrides)
-    except ValidationError as exc:
+            fields["proposer"] = proposer
+        return run_config_of(keys, fields=fields)
+    except (ValidationError, RunConfigRefused) as exc:
         raise config_error(exc) from exc
 
 

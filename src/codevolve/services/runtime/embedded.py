@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import signal
 import threading
@@ -27,7 +26,6 @@ from codevolve.evaluator_workers.gpu.pinning import embedded_gpus, open_devices,
 from codevolve.evaluator_workers.local_queue import LocalQueue
 from codevolve.evaluator_workers.sandbox import SandboxPool
 from codevolve.evaluator_workers.worker import run_worker
-from codevolve.problems.registry import get_problem
 from codevolve.program_db import repository
 from codevolve.program_db.engine import session_factory
 from codevolve.proposers.base import Proposer
@@ -35,11 +33,7 @@ from codevolve.proposers.simulated import SimulatedProposer
 from codevolve.services.controller.loop import Controller, Progress
 from codevolve.services.database import open_database
 from codevolve.services.read_models.report import build_report
-from codevolve.services.runtime.bundles import (
-    is_bundle_name,
-    prepare_problem,
-    resolve_loaded,
-)
+from codevolve.services.runtime.problems import cached_problem, prepare_problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,16 +45,6 @@ class RunResult:
 
 
 GC_THRESHOLD = 20_000  # allocations between collections of the youngest generation (default 700)
-
-
-@functools.cache
-def cached_problem(name: str) -> Problem:
-    """Problems are immutable and some precompute tables: build each once per process.
-
-    A bundle (``bundle:<sha256>``) resolves to the problem this process loaded for its job."""
-    if is_bundle_name(name):
-        return resolve_loaded(name)
-    return get_problem(name)
 
 
 def tune_gc() -> None:

@@ -8,7 +8,6 @@ cascades that CPU workers handed on).
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from codevolve.core.errors import ConfigError
@@ -22,16 +21,24 @@ from codevolve.evaluator_workers.gpu.pinning import (
 from codevolve.services.runtime.workers import WorkerOptions, run_worker_process
 
 
-def run_gpu_workers(args: argparse.Namespace, url: str, options: WorkerOptions) -> int:
-    if args.capability != "gpu":
+def run_gpu_workers(
+    url: str,
+    *,
+    capability: str,
+    gpus_wanted: str | None,
+    concurrency: int,
+    name: str | None,
+    options: WorkerOptions,
+) -> int:
+    """The worker(s) of ``codevolve worker --capability gpu [--gpus all|IDS]``; with several GPUs,
+    a copy of this command per GPU (``sys.argv`` is passed on, with ``--gpus`` per copy)."""
+    if capability != "gpu":
         raise ConfigError("--gpus needs --capability gpu")
-    gpus = select_gpus(args.gpus or "all", visible_gpus())
+    gpus = select_gpus(gpus_wanted or "all", visible_gpus())
     if not gpus:
         raise ConfigError("--capability gpu: no GPU is visible here")
     if len(gpus) > 1:
         return run_pinned(pinned_commands(sys.argv[1:], gpus), gpus)
     (device,) = open_devices(gpus)
     with device:
-        return run_worker_process(
-            url, "gpu", args.concurrency, args.name, options=options, device=device
-        )
+        return run_worker_process(url, "gpu", concurrency, name, options=options, device=device)

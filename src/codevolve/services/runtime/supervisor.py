@@ -34,11 +34,10 @@ from codevolve.evaluator_workers.redis_queue import QueueTuning, RedisTaskQueue
 from codevolve.evaluator_workers.sandbox import SandboxPool
 from codevolve.evaluator_workers.worker import run_worker
 from codevolve.program_db import repository
-from codevolve.program_db.bundles import get_bundle
 from codevolve.proposers.base import Proposer
 from codevolve.services.controller.loop import Controller
-from codevolve.services.runtime.embedded import cached_problem, open_proposer
-from codevolve.services.runtime.problem_source import load_bundle_problem
+from codevolve.services.runtime.embedded import open_proposer
+from codevolve.services.runtime.problems import stored_problem
 
 log = logging.getLogger(__name__)
 
@@ -144,17 +143,7 @@ class Supervisor:
 
     async def _problem(self, job: Job) -> tuple[Problem, dict[str, bytes]]:
         """The job's problem, and for a bundle its files (workers get them through Redis)."""
-        name = job.config.problem
-        bundle = bundle_id_of(name)
-        if bundle is None:
-            return await asyncio.to_thread(cached_problem, name), {}
-        async with self._sessions() as session:
-            stored = await get_bundle(session, bundle)
-        if stored is None:
-            raise ConfigError(f"{name}: no such bundle in the database")
-        files = dict(stored.files)
-        problem = await asyncio.to_thread(load_bundle_problem, bundle, files, self._bundles)
-        return problem, files
+        return await stored_problem(self._sessions, job.config.problem, self._bundles)
 
     def _controller(
         self, job: Job, problem: Problem, queue: LocalQueue | RedisTaskQueue, proposer: Proposer

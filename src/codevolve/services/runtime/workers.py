@@ -29,7 +29,7 @@ from codevolve.evaluator_workers.redis_queue import (
 )
 from codevolve.evaluator_workers.sandbox import SandboxPool
 from codevolve.evaluator_workers.worker import run_worker
-from codevolve.services.runtime.problem_source import ProblemResolver
+from codevolve.services.runtime.problems import ProblemResolver
 
 log = logging.getLogger(__name__)
 

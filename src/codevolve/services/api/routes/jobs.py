@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, status
 from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
 
 from codevolve.core.config import RunConfig
 from codevolve.core.device import CPU, needed_capabilities
@@ -38,11 +37,11 @@ from codevolve.services.api.schemas import (
     ProgramPage,
     ProgramSummary,
 )
-from codevolve.services.runtime.bundles import run_config_for
+from codevolve.services.run_config import RunConfigRefused, bundle_run_config, run_config_of
+from codevolve.services.runtime.problems import cached_problem  # builds each problem once
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 JobIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="job id (uuid4 hex)")]
-_CLI_NAMES = {"max_proposals": "proposals", "max_in_flight": "in_flight"}
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing or invalid token"},
     404: {"description": "no such job (or another owner's)"},
@@ -58,16 +57,16 @@ def _field_error(loc: tuple[str | int, ...], message: str, kind: str) -> Request
 
 
 def run_config(problem: str, config: JobConfigIn) -> RunConfig:
-    """The RunConfig of a request; a cross-field error names the flag-style key at fault."""
+    """The RunConfig of a request; a cross-field error names the JSON key at fault."""
     try:
-        return RunConfig.model_validate({"problem": problem, **config.run_config_fields()})
-    except ValidationError as error:
+        return run_config_of(config.given_keys(), fields={"problem": problem})
+    except RunConfigRefused as refused:
         errors = []
-        for item in error.errors():
-            field = str(item["loc"][0]) if item["loc"] else ""
-            loc = ("config", _CLI_NAMES.get(field, field)) if field else ("config",)
-            errors.append({"loc": ("body", *loc), "msg": item["msg"], "type": item["type"]})
-        raise RequestValidationError(errors) from error
+        for refusal in refused.refusals:
+            field = str(refusal.location[0]) if refusal.location else ""
+            loc = ("config", refusal.key or field) if field else ("config",)
+            errors.append({"loc": ("body", *loc), "msg": refusal.message, "type": refusal.kind})
+        raise RequestValidationError(errors) from refused
 
 
 async def _check_bundle(session: SessionDep, problem: str, principal: Principal) -> None:
@@ -88,10 +87,6 @@ async def _check_workers(request: Request, problem: str) -> None:
     fleet = state_of(request).fleet
     if fleet is None or problem.startswith(BUNDLE_PROBLEM_PREFIX):
         return
-    from codevolve.services.runtime.embedded import (
-        cached_problem,  # builds each problem once
-    )
-
     needed = needed_capabilities(cached_problem(problem).stages) - {CPU}
     served = {capability for worker in await fleet() for capability in worker.capabilities}
     missing = sorted(needed - served)
@@ -148,7 +143,7 @@ async def create_bundle_job(
             ]
         ) from None
     try:  # config.yaml mapped onto the run config, the request's keys on top
-        config, warnings = run_config_for(bundle, body.config.run_config_fields())
+        config, warnings = bundle_run_config(bundle, body.config.given_keys())
     except BundleError as error:
         raise _field_error(("config",), str(error), "bad_config") from None
     await repository.store_bundle(

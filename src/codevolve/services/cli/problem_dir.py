@@ -1,0 +1,63 @@
+"""``codevolve run --problem-dir PATH [--config FILE]``: a job on a problem folder.
+
+The folder is loaded (OpenEvolve layout), its ``config.yaml`` mapped onto the job's
+:class:`~codevolve.core.config.RunConfig` with the command's options on top
+(:func:`~codevolve.services.run_config.bundle_run_config`), and the problem named
+``bundle:<sha256>``. Only the files the evaluator needs are bundled, and a warning names those left
+out (``codevolve.problems.openevolve.selection``). The run stores the files in the ``bundles``
+table with the job, so that ``--resume`` and other processes find them. The evaluator is never
+imported here: only the sandbox runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from codevolve.core.config import RunConfig
+from codevolve.core.errors import ConfigError
+from codevolve.problems.openevolve import problem_of, select_folder
+from codevolve.problems.openevolve.bundle import CONFIG
+from codevolve.services.cli import llm as cli_llm
+from codevolve.services.cli.options import JOB_KEYS
+from codevolve.services.run_config import bundle_run_config
+
+
+def add_run_arguments(run: argparse.ArgumentParser) -> None:
+    run.add_argument(
+        "--problem-dir", type=Path, help="a problem folder: initial_program.py, evaluator.py, ..."
+    )
+    run.add_argument(
+        "--config", type=Path, help="with --problem-dir: the config to use (PATH/config.yaml)"
+    )
+
+
+def run_config_from_args(args: argparse.Namespace) -> tuple[RunConfig, tuple[str, ...]]:
+    """The job config of ``run --problem-dir``: only options given on the command line override
+    the folder's ``config.yaml``. The warnings end with one naming the files left out of the
+    bundle, if any were."""
+    if args.problem:
+        raise ConfigError("run: give a problem name or --problem-dir, not both")
+    selection = select_folder(args.problem_dir, config=args.config)
+    bundle = selection.bundle
+    keys = {key: value for key in JOB_KEYS if (value := getattr(args, key, None)) is not None}
+    fields: dict[str, Any] = {}
+    proposer = _proposer_overrides(args, problem_of(bundle).config.run_fields)
+    if proposer is not None:
+        fields["proposer"] = proposer
+    config, config_warnings = bundle_run_config(bundle, keys, fields=fields)
+    warnings = tuple(f"{CONFIG}: {warning}" for warning in config_warnings)
+    left_out = selection.warning()
+    return config, warnings if left_out is None else (*warnings, left_out)
+
+
+def _proposer_overrides(
+    args: argparse.Namespace, fields: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """``--proposer llm`` without ``--model`` asks the models ``config.yaml`` lists."""
+    configured = fields.get("proposer", {}).get("models")
+    if getattr(args, "proposer", None) == "llm" and not args.model and configured:
+        return {"kind": "llm"}
+    return cli_llm.proposer_overrides(args)

@@ -1,0 +1,178 @@
+"""A job's config as users write it, and the one function that turns it into a RunConfig.
+
+The command line and the API take the same keys (``proposals``, ``in_flight``, ...): the API as
+JSON keys, the command line as options (``--proposals``, ``--in-flight``). :data:`NAMES` is the
+one map between what users type and :class:`~codevolve.core.config.RunConfig` fields, and
+:func:`run_config_of` the one function both front ends call. When the config refuses a value,
+:class:`RunConfigRefused` says where, so each front end names it as its user typed it: the
+command line ``--proposals must be at least 1, got 0``, the API the JSON key ``proposals``.
+
+A problem bundle's ``config.yaml`` is mapped here too (:func:`bundle_run_config`): its fields
+first, what the user typed on top; a refused value names the ``config.yaml`` key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import ValidationError
+
+from codevolve.core.config import RunConfig
+from codevolve.core.errors import ConfigError
+from codevolve.problems.openevolve import Bundle, BundleError, problem_of
+from codevolve.problems.openevolve.bundle import CONFIG
+from codevolve.problems.openevolve.config import SOURCES
+
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+# RunConfig field (dotted for a nested one; ``*`` stands for a list index) -> (the API's JSON key,
+# the command line's option); None where that front end does not set the field.
+NAMES: dict[str, tuple[str | None, str | None]] = {
+    "problem": (None, "PROBLEM"),
+    "seed": ("seed", "--seed"),
+    "max_proposals": ("proposals", "--proposals"),
+    "max_wall_s": ("max_wall_s", "--max-wall-s"),
+    "islands": ("islands", "--islands"),
+    "max_in_flight": ("in_flight", "--in-flight"),
+    "exploit_ratio": ("exploit_ratio", None),
+    "migration_interval": ("migration_interval", None),
+    "migrants": ("migrants", None),
+    "reset_interval": ("reset_interval", None),
+    "proposer.max_cost_usd": (None, "--max-cost"),
+    "proposer.deadline_s": (None, "--deadline-s"),
+    "proposer.models": (None, "--model"),
+    "proposer.models.*.name": (None, "--model"),
+    "proposer.models.*.weight": (None, "--model NAME:WEIGHT"),
+    "proposer.models.*.temperature": (None, "--temperature"),
+    "proposer.models.*.max_tokens": (None, "--max-tokens"),
+    "proposer.models.*.max_concurrency": (None, "--llm-concurrency"),
+    "proposer.models.*.price_in": (None, "--price"),
+    "proposer.models.*.price_out": (None, "--price"),
+}
+# The key users type (a JSON key; an option without its ``--``, ``-`` as ``_``) -> its field.
+FIELD_OF: dict[str, str] = {key: field for field, (key, _) in NAMES.items() if key is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """One value the RunConfig refused, where it sits and why."""
+
+    location: tuple[int | str, ...]  # in the RunConfig, e.g. ("max_proposals",)
+    message: str  # pydantic's words, e.g. "Input should be greater than or equal to 1"
+    kind: str  # pydantic's error type, e.g. "greater_than_equal"
+    requirement: str  # in the project's words, e.g. "must be at least 1, got 0"
+
+    @property
+    def path(self) -> str:
+        """The location as written, e.g. ``proposer.models.0.temperature``."""
+        return ".".join(str(part) for part in self.location)
+
+    @property
+    def dotted(self) -> str:
+        """The location as :data:`NAMES` keys it (list indices as ``*``)."""
+        return ".".join("*" if isinstance(part, int) else part for part in self.location)
+
+    @property
+    def option(self) -> str | None:
+        """The command-line option that sets the refused field, if one does."""
+        return NAMES.get(self.dotted, (None, None))[1]
+
+    @property
+    def key(self) -> str | None:
+        """The API's JSON key that sets the refused field, if one does."""
+        return NAMES.get(self.dotted, (None, None))[0]
+
+
+class RunConfigRefused(ConfigError):
+    """The RunConfig refused what the user gave; ``refusals`` says what and where."""
+
+    def __init__(self, refusals: Sequence[Refusal]) -> None:
+        super().__init__("; ".join(f"{r.path} {r.requirement}" for r in refusals))
+        self.refusals = tuple(refusals)
+
+
+def run_config_of(
+    keys: Mapping[str, Any] = EMPTY, *, fields: Mapping[str, Any] = EMPTY
+) -> RunConfig:
+    """The RunConfig of ``keys`` (named as users type them: ``proposals``, ``in_flight``) on top
+    of ``fields`` (RunConfig field names: the problem, a proposer section, further fields).
+
+    :class:`RunConfigRefused` lists every refused value."""
+    try:
+        return RunConfig.model_validate(config_fields(keys, fields=fields))
+    except ValidationError as exc:
+        raise RunConfigRefused(refusals_of(exc)) from exc
+
+
+def config_fields(
+    keys: Mapping[str, Any] = EMPTY, *, fields: Mapping[str, Any] = EMPTY
+) -> dict[str, Any]:
+    """RunConfig fields and values: ``fields``, with ``keys`` renamed to fields on top. A key
+    outside :data:`FIELD_OF` is a KeyError: front ends only pass keys they declared."""
+    return merged(dict(fields), {FIELD_OF[key]: value for key, value in keys.items()})
+
+
+def bundle_run_config(
+    bundle: Bundle, keys: Mapping[str, Any] = EMPTY, *, fields: Mapping[str, Any] = EMPTY
+) -> tuple[RunConfig, tuple[str, ...]]:
+    """The job config of a bundle: its ``config.yaml`` mapped, then ``fields`` and ``keys`` on
+    top; and the warnings about ``config.yaml`` keys that did not carry over. BundleError names
+    the key at fault."""
+    problem = problem_of(bundle)
+    given = merged(dict(problem.config.run_fields), config_fields(keys, fields=fields))
+    given["problem"] = bundle.name
+    try:
+        config = RunConfig.model_validate(given)
+    except ValidationError as exc:
+        where = "; ".join(
+            f"{_source(error['loc'])}: {error['msg']}" for error in exc.errors(include_url=False)
+        )
+        raise BundleError(f"{CONFIG} with the command's options: {where}") from exc
+    return config, problem.config.warnings
+
+
+def refusals_of(exc: ValidationError) -> tuple[Refusal, ...]:
+    """Each error of a RunConfig validation, with its requirement in the project's words."""
+    return tuple(
+        Refusal(
+            location=tuple(error["loc"]),
+            message=str(error["msg"]),
+            kind=error["type"],
+            requirement=_requirement(error),
+        )
+        for error in exc.errors(include_url=False)
+    )
+
+
+def merged(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``overrides`` on top of ``base``; nested sections are merged key by key."""
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            base[key] = merged(dict(base[key]), value)
+        else:
+            base[key] = value
+    return base
+
+
+def _requirement(error: Any) -> str:
+    bound = error.get("ctx", {})
+    given = error.get("input")
+    kind = error["type"]
+    words = {
+        "greater_than_equal": f"must be at least {bound.get('ge')}",
+        "greater_than": f"must be more than {bound.get('gt')}",
+        "less_than_equal": f"must be at most {bound.get('le')}",
+        "less_than": f"must be less than {bound.get('lt')}",
+    }.get(kind)
+    if words is None:
+        message = str(error["msg"]).removeprefix("Value error, ")
+        return f"is invalid: {message}" if given is None else f"is invalid: {message}, got {given}"
+    return f"{words}, got {given}"
+
+
+def _source(location: tuple[int | str, ...]) -> str:
+    path = ".".join(str(part) for part in location)
+    return SOURCES.get(path, path)
