@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from codevolve.core.config import ModelConfig, ProposerConfig, RunConfig
-from codevolve.core.diff import EVOLVE_END, EVOLVE_START
+from codevolve.core.evolve_block import EVOLVE_END, EVOLVE_START
 from codevolve.problems.gemm_tiling.cost_model import model_time
 from codevolve.problems.gemm_tiling.shapes import GemmShape
 from codevolve.problems.gemm_tiling.space import all_configs

@@ -30,7 +30,7 @@ from codevolve.problems.gemm_kernel_gpu.stages import (
 from codevolve.problems.gemm_kernel_gpu.static_check import check_source
 from codevolve.problems.gemm_tiling.shapes import heldout_shapes, train_shapes
 from codevolve.problems.registry import get_problem
-from codevolve.prompt_sampler.diff import apply_answer
+from codevolve.prompt_sampler.search_replace import apply_answer
 from tests.unit.test_cascade_handoff import FakeCandidate
 
 INITIAL = initial_program()

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import codevolve.problems.gemm_tiling as gemm_package
-from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Applied
+from codevolve.core.diff import Applied
+from codevolve.core.evolve_block import EVOLVE_END, EVOLVE_START
 from codevolve.core.problem import Mutation
 from codevolve.core.program import CaseResult
 from codevolve.core.prompt import BestCase, ProgramView, Prompt
@@ -35,7 +36,7 @@ from codevolve.problems.gemm_tiling.mutations import (
     textbook_configs,
     understood,
 )
-from codevolve.prompt_sampler.diff import ParsedAnswer, apply_answer, parse_answer
+from codevolve.prompt_sampler.search_replace import ParsedAnswer, apply_answer, parse_answer
 
 INITIAL = (Path(gemm_package.__file__).parent / "initial_program.py").read_text()
 SEEDS = range(40)

@@ -12,8 +12,8 @@ import pytest
 from codevolve.core.diff import Applied
 from codevolve.core.prompt import ProgramView, Prompt
 from codevolve.prompt_sampler.builder import build_prompt
-from codevolve.prompt_sampler.diff import apply_answer
 from codevolve.prompt_sampler.errors import PromptSamplerError
+from codevolve.prompt_sampler.search_replace import apply_answer
 from codevolve.prompt_sampler.variants import STYLES, StyleSampler, style_of
 
 SHORT = """\

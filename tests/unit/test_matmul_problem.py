@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from codevolve.core.diff import Applied
 from codevolve.core.problem import JSONValue, SandboxErrorKind, SandboxReply
 from codevolve.core.prompt import ProgramView, Prompt
 from codevolve.problems.matmul_tensor.exact import Verdict
@@ -28,7 +29,7 @@ from codevolve.problems.matmul_tensor.problem import MatmulTensorProblem
 from codevolve.problems.matmul_tensor.stages import TINY, SizeStage, Target, size_score
 from codevolve.problems.matmul_tensor.tensor import Size
 from codevolve.problems.registry import get_problem, problem_names
-from codevolve.prompt_sampler.diff import Applied, apply_answer
+from codevolve.prompt_sampler.search_replace import apply_answer
 
 PROBLEM = MatmulTensorProblem(budget_scale=0.2)
 INITIAL = PROBLEM.initial_program

@@ -9,12 +9,13 @@ import re
 import numpy as np
 import pytest
 
-from codevolve.core.diff import EVOLVE_END, EVOLVE_START, SEARCH_MARKER
+from codevolve.core.diff import SEARCH_MARKER
+from codevolve.core.evolve_block import EVOLVE_END, EVOLVE_START
 from codevolve.core.program import CaseResult, Evaluation, ProgramStatus, StageResult
 from codevolve.core.prompt import BestCase, ProgramView, Prompt
-from codevolve.prompt_sampler.answer import ParsedAnswer, parse_answer
 from codevolve.prompt_sampler.builder import TASK_LINES, build_prompt, feedback_gaps
 from codevolve.prompt_sampler.errors import PromptSamplerError
+from codevolve.prompt_sampler.search_replace import ParsedAnswer, parse_answer
 
 SOURCE = """\
 LIMIT = 10

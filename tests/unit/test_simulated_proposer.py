@@ -9,10 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Applied, Hunk
+from codevolve.core.diff import Applied, Hunk
+from codevolve.core.evolve_block import EVOLVE_END, EVOLVE_START
 from codevolve.core.problem import Mutation
 from codevolve.core.prompt import ProgramView, Prompt
-from codevolve.prompt_sampler.diff import ParsedAnswer, apply_answer, parse_answer
+from codevolve.prompt_sampler.search_replace import ParsedAnswer, apply_answer, parse_answer
 from codevolve.proposers.errors import ProposerError
 from codevolve.proposers.generic import generic_mutations
 from codevolve.proposers.simulated import NO_MUTATION, SimulatedProposer, weighted_order
@@ -187,6 +188,15 @@ def test_generic_mutations_find_nothing_in_an_empty_block(kind: str) -> None:
     empty = "x = 1 < 2\n" + EVOLVE_START + "\n" + EVOLVE_END + "\n"
     assert mutation(kind).propose(make_prompt(empty), np.random.default_rng(0)) is None
     assert mutation(kind).propose(make_prompt("def f(:\n"), np.random.default_rng(0)) is None
+
+
+@pytest.mark.parametrize("kind", [m.kind for m in generic_mutations()])
+def test_generic_mutations_read_the_markers_as_the_applier_does(kind: str) -> None:
+    # An END marker without a START leaves nothing editable for the applier, so an edit
+    # anywhere would be refused as outside the EVOLVE-BLOCK: the mutations offer none.
+    lone_end = FIXED_HEAD + "\n\n" + BLOCK + EVOLVE_END + "\n"
+    for seed in range(10):
+        assert mutation(kind).propose(make_prompt(lone_end), np.random.default_rng(seed)) is None
 
 
 @dataclass(frozen=True)

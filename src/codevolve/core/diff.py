@@ -8,8 +8,10 @@ The canonical block is the one every proposer emits and every parser accepts::
     new lines
     >>>>>>> REPLACE
 
-Rendering lives here (pure text) so that proposers and problems can emit diffs without depending on
-the parser in ``prompt_sampler``.
+These are the values; the text format is read and applied by
+:mod:`codevolve.prompt_sampler.search_replace`. Rendering and :func:`unique_line_hunk` live here
+(pure text) so that proposers and problems can emit diffs without depending on the parser, and the
+EVOLVE-BLOCK layout they keep to is :mod:`codevolve.core.evolve_block`.
 """
 
 from __future__ import annotations
@@ -20,8 +22,6 @@ from enum import StrEnum
 SEARCH_MARKER = "<<<<<<< SEARCH"
 DIVIDER_MARKER = "======="
 REPLACE_MARKER = ">>>>>>> REPLACE"
-EVOLVE_START = "# EVOLVE-BLOCK-START"
-EVOLVE_END = "# EVOLVE-BLOCK-END"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,13 +87,19 @@ class Applied:
 ApplyOutcome = Applied | ApplyFailure
 
 
+def occurrence_starts(text: str, needle: str) -> list[int]:
+    """Where ``needle`` starts in ``text``, overlapping occurrences included."""
+    starts: list[int] = []
+    at = text.find(needle)
+    while at != -1:
+        starts.append(at)
+        at = text.find(needle, at + 1)
+    return starts
+
+
 def occurrences(text: str, needle: str) -> int:
     """How often ``needle`` occurs in ``text``, overlapping occurrences included."""
-    count, at = 0, text.find(needle)
-    while at != -1:
-        count += 1
-        at = text.find(needle, at + 1)
-    return count
+    return len(occurrence_starts(text, needle))
 
 
 def unique_line_hunk(
@@ -101,7 +107,8 @@ def unique_line_hunk(
 ) -> Hunk | None:
     """Replace lines ``[start, end)`` of ``source`` by ``new_lines`` as a hunk unique in it.
 
-    Context lines inside ``region`` (line indices ``[first, stop)``) are added, after first and
+    Context lines inside ``region`` (line indices ``[first, stop)``, as
+    :attr:`codevolve.core.evolve_block.Region.lines` gives them) are added, after first and
     then alternately, until the SEARCH text occurs once, neither side is empty and no side starts
     or ends with a blank line (appliers may trim those). None when the region runs out first.
     Mutations of every proposer build their hunks here, so all emit the same canonical form.

@@ -24,11 +24,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Hunk
+from codevolve.core.diff import Hunk
+from codevolve.core.evolve_block import EVOLVE_END, EVOLVE_START, Layout, layout
 from codevolve.core.program import CaseResult, Metrics
 from codevolve.core.prompt import BestCase, ProgramView, Prompt
 from codevolve.prompt_sampler.errors import PromptSamplerError
-from codevolve.prompt_sampler.regions import Layout, layout, region_texts
 from codevolve.prompt_sampler.variants import REWRITE_MAX_LINES, STYLE_ASKS, StyleSampler
 
 FeedbackGap = tuple[CaseResult, BestCase, float]  # (parent's case, best seen, parent cost / best)
@@ -103,7 +103,7 @@ def build_prompt(
     editable = layout(parent.source) if render or styles is not None else None
     style = None
     if styles is not None and editable is not None:
-        style = styles.choose(rng, rewrite_allowed=_short(parent.source, editable))
+        style = styles.choose(rng, rewrite_allowed=_short(editable))
     variant = f"task{task_index}-{order_name}"
     text = ""
     if editable is not None and render:
@@ -137,9 +137,9 @@ def build_prompt(
     )
 
 
-def _short(source: str, editable: Layout) -> bool:
+def _short(editable: Layout) -> bool:
     """Whether the editable code is short enough to be rewritten whole."""
-    lines = sum(text.count("\n") + 1 for text in region_texts(source, editable.regions))
+    lines = sum(text.count("\n") + 1 for text in editable.region_texts())
     return lines <= REWRITE_MAX_LINES
 
 

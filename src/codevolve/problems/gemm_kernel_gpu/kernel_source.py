@@ -20,7 +20,8 @@ import functools
 from dataclasses import dataclass
 from importlib import resources
 
-from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Hunk, unique_line_hunk
+from codevolve.core.diff import Hunk, unique_line_hunk
+from codevolve.core.evolve_block import EVOLVE_END, EVOLVE_START
 from codevolve.core.pysource import parse_python
 
 ENTRY_POINT = "matmul"

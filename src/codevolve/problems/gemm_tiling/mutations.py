@@ -34,7 +34,8 @@ from typing import Any, TypeGuard
 import numpy as np
 from numpy.random import Generator
 
-from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Diff, Hunk, unique_line_hunk
+from codevolve.core.diff import Diff, Hunk, unique_line_hunk
+from codevolve.core.evolve_block import EVOLVE_END, EVOLVE_START
 from codevolve.core.problem import Mutation
 from codevolve.core.prompt import BestCase, Prompt
 from codevolve.core.pysource import parse_python

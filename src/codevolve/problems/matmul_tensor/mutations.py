@@ -33,7 +33,8 @@ from importlib import resources
 
 import numpy as np
 
-from codevolve.core.diff import EVOLVE_END, EVOLVE_START, Diff, unique_line_hunk
+from codevolve.core.diff import Diff, unique_line_hunk
+from codevolve.core.evolve_block import EVOLVE_END, EVOLVE_START
 from codevolve.core.problem import Mutation
 from codevolve.core.prompt import Prompt
 from codevolve.core.pysource import parse_python

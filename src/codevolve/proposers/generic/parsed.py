@@ -2,9 +2,10 @@
 
 A parent is parsed once (:func:`parse_source`) and shared by every finder and every proposal of it.
 A finder returns :class:`LineEdit` candidates; :func:`first_applicable` renders the first one, in
-random order, that makes a SEARCH/REPLACE hunk occurring exactly once in the parent and leaves a
-child that parses. Column offsets from ``ast`` count UTF-8 bytes: :func:`byte_slice` and
-:func:`splice` read and edit lines by them.
+random order, that lies in one EVOLVE-BLOCK region (:mod:`codevolve.core.evolve_block`, the layout
+the applier judges by), makes a SEARCH/REPLACE hunk occurring exactly once in the parent
+(:func:`codevolve.core.diff.unique_line_hunk`) and leaves a child that parses. Column offsets from
+``ast`` count UTF-8 bytes: :func:`byte_slice` and :func:`splice` read and edit lines by them.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from codevolve.core.diff import Diff
-from codevolve.core.pysource import parse_python
-from codevolve.proposers.source_edit import Region, child_of, editable_regions, line_hunk, region_of
+from codevolve.core.diff import Diff, Hunk, unique_line_hunk
+from codevolve.core.evolve_block import Layout, layout
+from codevolve.core.pysource import check_parses, parse_python
 
 MAX_SITES_TRIED = 16  # sites tried per proposal before giving up
 PARSED_PARENTS = 256  # parents whose parse is kept: most proposals draw one of a few elites
@@ -42,11 +43,12 @@ class ParsedSource:
     source: str
     lines: list[str]
     tree: ast.Module
-    regions: tuple[Region, ...]
+    layout: Layout
     nodes: tuple[ast.AST, ...]  # every node of the tree outside f-strings, in walk order
 
     def editable(self, first: int, last: int) -> bool:
-        return region_of(self.regions, first, last) is not None
+        """Whether the lines ``[first, last]`` (0-based, both included) lie in one region."""
+        return self.layout.region_of_lines(first, last) is not None
 
 
 @functools.lru_cache(maxsize=PARSED_PARENTS)
@@ -59,7 +61,7 @@ def parse_source(source: str) -> ParsedSource | None:
         return None
     lines = source.split("\n")
     nodes = tuple(nodes_outside_fstrings(tree))
-    return ParsedSource(source, lines, tree, editable_regions(lines), nodes)
+    return ParsedSource(source, lines, tree, layout(source), nodes)
 
 
 def first_applicable(
@@ -68,15 +70,28 @@ def first_applicable(
     """Render the first edit, in random order, that makes a unique hunk and a parsable child."""
     for index in rng.permutation(len(edits))[:MAX_SITES_TRIED]:
         edit = edits[int(index)]
-        region = region_of(parsed.regions, edit.start, max(edit.start, edit.end - 1))
+        region = parsed.layout.region_of_lines(edit.start, max(edit.start, edit.end - 1))
         if region is None:
             continue
-        hunk = line_hunk(
-            parsed.source, region, start=edit.start, end=edit.end, new_lines=list(edit.new_lines)
+        hunk = unique_line_hunk(
+            parsed.source,
+            start=edit.start,
+            end=edit.end,
+            new_lines=list(edit.new_lines),
+            region=region.lines,
         )
-        if hunk is not None and child_of(parsed.source, hunk) is not None:
+        if hunk is not None and _child_parses(parsed.source, hunk):
             return Diff((hunk,)).render()
     return None
+
+
+def _child_parses(source: str, hunk: Hunk) -> bool:
+    """Whether the program the hunk makes of ``source`` parses."""
+    try:
+        check_parses(source.replace(hunk.search, hunk.replace, 1))
+    except (SyntaxError, ValueError):  # ValueError: null bytes in the source
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=4096)

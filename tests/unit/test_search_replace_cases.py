@@ -7,13 +7,9 @@ import textwrap
 import pytest
 
 from codevolve.core.diff import Applied, ApplyFailure, ApplyFailureKind, ApplyOutcome, Diff, Hunk
-from codevolve.prompt_sampler.diff import (
-    ParsedAnswer,
-    apply_answer,
-    evolve_regions,
-    parse_answer,
-)
+from codevolve.core.evolve_block import layout
 from codevolve.prompt_sampler.errors import PromptSamplerError
+from codevolve.prompt_sampler.search_replace import ParsedAnswer, apply_answer, parse_answer
 
 PARENT = '''"""A toy problem."""
 
@@ -135,14 +131,10 @@ def test_edits_apply_in_any_of_several_regions() -> None:
     parent += "# EVOLVE-BLOCK-START\nD = 4\n# EVOLVE-BLOCK-END\n"
     outcome = applied(apply_answer(parent, block("D = 4", "D = 5")))
     assert outcome.source == parent.replace("D = 4", "D = 5")
-    assert evolve_regions(parent) == [
+    assert layout(parent).spans == (
         (parent.index("B = 2"), parent.index("B = 2") + len("B = 2\n")),
         (parent.index("D = 4"), parent.index("D = 4") + len("D = 4\n")),
-    ]
-
-
-def test_evolve_regions_of_an_unmarked_source_is_the_whole_source() -> None:
-    assert evolve_regions("x = 1\n") == [(0, 6)]
+    )
 
 
 # --- whitespace-tolerant matching -----------------------------------------------------------------

@@ -8,17 +8,9 @@ import textwrap
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from codevolve.core.diff import (
-    EVOLVE_END,
-    EVOLVE_START,
-    Applied,
-    ApplyFailure,
-    ApplyFailureKind,
-    Diff,
-    Hunk,
-)
-from codevolve.prompt_sampler.diff import apply_answer, evolve_regions
-from codevolve.prompt_sampler.regions import fixed_parts
+from codevolve.core.diff import Applied, ApplyFailure, ApplyFailureKind, Diff, Hunk
+from codevolve.core.evolve_block import EVOLVE_END, EVOLVE_START, layout
+from codevolve.prompt_sampler.search_replace import apply_answer
 
 PROPERTY = settings(max_examples=100, deadline=None)
 
@@ -191,8 +183,7 @@ def test_edits_touching_fixed_code_fail_and_edits_inside_never_change_it(
         assert isinstance(outcome, ApplyFailure)
         assert outcome.kind is ApplyFailureKind.OUTSIDE_EVOLVE_BLOCK
     elif isinstance(outcome, Applied):
-        before = fixed_parts(parent, tuple(evolve_regions(parent)))
-        assert fixed_parts(outcome.source, tuple(evolve_regions(outcome.source))) == before
+        assert layout(outcome.source).fixed_parts() == layout(parent).fixed_parts()
     else:
         assert outcome.kind is ApplyFailureKind.NO_CHANGE
 
