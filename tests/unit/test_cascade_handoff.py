@@ -227,7 +227,7 @@ async def test_gemm_tiling_gpu_evolves_across_a_cpu_pool_and_a_gpu_pool(tmp_path
         job = await repository.create_job(session, config)
     problem = cached_problem("gemm-tiling-gpu")
     queue, stop = RoutingQueue(), asyncio.Event()
-    device = DeviceProcess(None, index=1, jobs="codevolve.evaluator_workers.gpu.fake_jobs")
+    device = DeviceProcess(None, index=1, jobs="tests.unit.fake_device_jobs")
     try:
         with SandboxPool(size=2) as pool, device:
             async with asyncio.TaskGroup() as tg:

@@ -13,7 +13,6 @@ from codevolve.core.device import CPU, GPU, DeviceReply, capability_of
 from codevolve.core.problem import JSONValue
 from codevolve.core.program import CaseResult
 from codevolve.core.prompt import BestCase, ProgramView, Prompt
-from codevolve.evaluator_workers.gpu import fake_jobs
 from codevolve.problems.gemm_tiling.errors import GemmTilingError
 from codevolve.problems.gemm_tiling.shapes import (
     all_shapes,
@@ -38,6 +37,7 @@ from codevolve.problems.gemm_tiling_gpu.problem import (
 )
 from codevolve.problems.gemm_tiling_gpu.stages import GpuTrainStage
 from codevolve.problems.registry import get_problem
+from tests.unit import fake_device_jobs
 from tests.unit.test_cascade_handoff import FakeCandidate
 
 EXPERT_SOURCE = GemmTilingGpuProblem().initial_program
@@ -57,7 +57,7 @@ class FakeDevice:
         self.payloads.append(payload)
         if self._reply is not None:
             return self._reply
-        value = fake_jobs.JOBS[job](payload)
+        value = fake_device_jobs.JOBS[job](payload)
         for timing in value["timings"][:1]:
             timing["status"], timing["detail"] = self._status, "1 element unwritten"
         return DeviceReply(value=value)

@@ -9,7 +9,7 @@ import pytest
 from codevolve.core.device import DeviceReply
 from codevolve.evaluator_workers.gpu.device_process import DeviceProcess
 
-FAKE = "codevolve.evaluator_workers.gpu.fake_jobs"
+FAKE = "tests.unit.fake_device_jobs"
 
 
 def _value(reply: DeviceReply) -> Any:

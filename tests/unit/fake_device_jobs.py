@@ -1,7 +1,9 @@
 """A fake device backend: the GEMM jobs' formats without torch, plus ways to fail on purpose.
 
 Used by the tests of the device process, the cascade's routing and the GPU problem's stage on
-machines without a GPU. Times follow a roofline-like formula (microseconds), deterministic.
+machines without a GPU; a device process loads it by name (``"tests.unit.fake_device_jobs"``),
+as it loads :mod:`codevolve.evaluator_workers.gpu.gemm_jobs`. Times follow a roofline-like formula
+(microseconds), deterministic.
 """
 
 from __future__ import annotations
