@@ -94,7 +94,7 @@ class Controller:
         self._flights = Flights(job, queue, self._store)
         self._writes = ProposalWrites(self._store, self._flights)
         self._parents = ParentCache(self._store, self._config)
-        self._results = ResultApplier(self._store, self._parents, problem)
+        self._results = ResultApplier(self._store, self._parents, problem.features)
         self._reads = ResultReads(queue)
         self._stop_proposing = asyncio.Event()
         self._final_state = JobState.DONE

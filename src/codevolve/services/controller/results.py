@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from codevolve.core.problem import Problem
+from codevolve.core.problem import FeatureSpec
 from codevolve.core.program import CellKey, Evaluation, Program, ProgramId, ProgramStatus
 from codevolve.core.prompt import BestCase
 from codevolve.evaluator_workers.queue import TaskQueue
@@ -70,10 +70,12 @@ class Applied:
 class ResultApplier:
     """Applies final results (not hand-offs, not re-measure samples) of one job."""
 
-    def __init__(self, store: JobStore, parents: ParentCache, problem: Problem) -> None:
+    def __init__(
+        self, store: JobStore, parents: ParentCache, features: Sequence[FeatureSpec]
+    ) -> None:
         self._store = store
         self._parents = parents
-        self._problem = problem
+        self._features = features  # the problem's descriptors: they make a result's cell
         self.best_cases: dict[str, BestCase] = {}  # per case key; loaded at the run's start
 
     async def apply(
@@ -102,7 +104,7 @@ class ResultApplier:
     def cell(self, evaluation: Evaluation) -> CellKey | None:
         if evaluation.status is not ProgramStatus.EVALUATED:
             return None
-        return archive.cell_key(evaluation.features, self._problem.features)
+        return archive.cell_key(evaluation.features, self._features)
 
     async def _archive(self, unit: JobTransaction, applied: Sequence[Applied]) -> None:
         """Best cases, elites and the job's best for a batch of applied results."""
