@@ -204,6 +204,9 @@ def flag_suspicious(
 ) -> str | None:
     """Why ``speedup`` should be reviewed before anyone believes it, or None.
 
+    A reference check, not yet called by any stage or by the controller (docs/decisions.md,
+    "Reference code"): a backend that reports speedups against a known roofline calls it.
+
     ``roofline_bound``: the largest speedup the hardware allows over the same baseline (the
     baseline's time over the roofline time: bytes / bandwidth or flops / peak, whichever is
     larger). ``best_known``: the best speedup over the same baseline known so far (a vendor

@@ -14,7 +14,10 @@ EXAMPLES = ("circle_packing", "function_minimization")
 
 
 def example_dir(name: str) -> Path:
-    """The folder of the named example; ValueError names the known ones."""
+    """The folder of the named example; ValueError names the known ones.
+
+    A reference for tests and scripts: the command line takes the folder itself
+    (``--problem-dir``)."""
     if name not in EXAMPLES:
         raise ValueError(f"unknown example {name!r}; known: {', '.join(EXAMPLES)}")
     return Path(__file__).parent / name

@@ -99,12 +99,16 @@ def model_times(shape: GemmShape, configs: ConfigArrays | None = None) -> FloatA
 
 
 def model_time(shape: GemmShape, config: GemmConfig) -> float:
-    """Model time (microseconds) of one shape under one config; ``inf`` if it cannot launch."""
+    """Model time (microseconds) of one shape under one config; ``inf`` if it cannot launch.
+
+    A reference for tests and scripts; the problem itself reads :func:`time_table`."""
     return float(model_times(shape, ConfigArrays.of([config]))[0])
 
 
 def paired_times(shapes: tuple[GemmShape, ...], configs: ConfigArrays) -> FloatArray:
-    """Model time (microseconds) of ``shapes[i]`` under config ``i``, for each i."""
+    """Model time (microseconds) of ``shapes[i]`` under config ``i``, for each i.
+
+    A reference for tests and scripts; the problem itself reads :func:`time_table`."""
     dims = np.array([(s.m, s.n, s.k) for s in shapes], dtype=np.float64).reshape(-1, 3)
     return kernel_time_us(dims[:, 0], dims[:, 1], dims[:, 2], configs)
 
@@ -131,7 +135,9 @@ def times_of(shapes: Sequence[GemmShape]) -> FloatArray:
 
 
 def roofline_us(shape: GemmShape) -> float:
-    """The floor no config can beat: launch plus the larger of peak compute and minimum traffic."""
+    """The floor no config can beat: launch plus the larger of peak compute and minimum traffic.
+
+    A reference: the tests check every entry of :func:`time_table` against it."""
     m, n, k = shape.m, shape.n, shape.k
     min_bytes = BYTES_PER_ELEMENT * (m * k + n * k + m * n)
     return 1e6 * (LAUNCH_S + max(2.0 * m * n * k / PEAK_FLOPS, min_bytes / HBM_BYTES_PER_S))

@@ -52,7 +52,7 @@ VALUE_SETS = (
     NUM_STAGES_VALUES,
     GROUP_M_VALUES,
 )
-SPACE_SIZE = 6000
+SPACE_SIZE = 6000  # a reference (DESIGN.md section 8): the tests check the space against it
 
 BYTES_PER_ELEMENT = 2  # bf16
 THREADS_PER_WARP = 32
@@ -203,5 +203,7 @@ def config_index(config: GemmConfig) -> int:
 
 
 def launchable_configs() -> tuple[GemmConfig, ...]:
+    """The configs that can launch, in :func:`all_configs` order; a reference for tests and
+    scripts (the problem reads ``config_space().launchable``)."""
     mask = config_space().launchable
     return tuple(c for c, ok in zip(all_configs(), mask, strict=True) if ok)

@@ -60,7 +60,6 @@ MID = (
     _target(3, 3, 4, 2.5),
 )
 LARGE = (_target(4, 4, 4, 8.0),)
-ALL_TARGETS = TINY + MID + LARGE
 
 
 @dataclass(frozen=True, slots=True)
