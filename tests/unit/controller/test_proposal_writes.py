@@ -13,7 +13,12 @@ from codevolve.program_db.job_store import JobStore
 from codevolve.program_db.jobs import ProposalEntry
 from codevolve.services.controller.flights import Flights
 from codevolve.services.controller.proposal_pool import Settled, content_hash
-from codevolve.services.controller.proposal_writes import ProposalWrites, Written, answered
+from codevolve.services.controller.proposal_writes import (
+    Answered,
+    ProposalWrites,
+    Written,
+    answered,
+)
 from tests.integration.conftest import new_program
 from tests.unit.controller.conftest import Stored
 
@@ -46,19 +51,33 @@ def _settled(source: str | None, *, failure: ApplyFailure | None = None) -> Sett
     return Settled(proposal=proposal, outcome=applied, content_hash=content_hash(source), seed=9)
 
 
+def _answer(stored: Stored, index: int, settled: Settled, parent: Program) -> Answered:
+    """Proposal ``index`` on island 1 (epoch 2) of ``parent``, its texts stored."""
+    prompt = _prompt(parent)
+    return answered(
+        stored.job,
+        index,
+        island=1,
+        epoch=2,
+        parent=parent,
+        settled=settled,
+        prompt=prompt,
+        texts=("p", "a"),
+    )
+
+
 def test_each_outcome_of_a_proposal_is_logged_and_only_code_makes_a_child(
     stored: Stored,
 ) -> None:
     parent = new_program(stored.job.id)
-    given = dict(island=1, epoch=2, parent=parent, prompt=_prompt(parent), texts=("p", "a"))
-    failed = answered(stored.job, 3, settled=_settled(None), **given)
+    failed = _answer(stored, 3, _settled(None), parent)
     assert failed.child is None and failed.entry.status is ProposalStatus.PROPOSER_FAILED
     assert failed.entry.reason == "timed out"
     no_match = ApplyFailure(ApplyFailureKind.NO_MATCH, "SEARCH text not found")
-    unapplied = answered(stored.job, 4, settled=_settled("x", failure=no_match), **given)
+    unapplied = _answer(stored, 4, _settled("x", failure=no_match), parent)
     assert unapplied.child is None and unapplied.entry.status is ProposalStatus.APPLY_FAILED
     assert unapplied.entry.reason == "no_match: SEARCH text not found"
-    child = answered(stored.job, 5, settled=_settled("def f(): return 2\n"), **given).child
+    child = _answer(stored, 5, _settled("def f(): return 2\n"), parent).child
     assert child is not None and child.status is ProgramStatus.PENDING
     assert (child.island, child.epoch, child.generation, child.attempts) == (1, 2, 1, 1)
 
@@ -73,11 +92,9 @@ async def test_proposals_settled_together_share_batches_and_duplicates_get_no_ta
     parent = new_program(stored.job.id)
     async with store.transaction() as unit:
         await unit.insert_program(parent)
-    given = dict(island=0, epoch=0, parent=parent, prompt=_prompt(parent), texts=("", ""))
     sources = ["def f(): return 1\n", "def f(): return 2\n", "def f(): return 1\n", None]
     answers = [
-        answered(stored.job, index, settled=_settled(source), **given)
-        for index, source in enumerate(sources)
+        _answer(stored, index, _settled(source), parent) for index, source in enumerate(sources)
     ]
     written = await asyncio.gather(
         *(writes.write(answer, parent_scores={}, seed=1) for answer in answers)

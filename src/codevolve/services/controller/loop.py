@@ -291,7 +291,8 @@ class Controller:
         finals, samples = [], []
         for evaluation in evaluations:
             if evaluation.handoff is not None:  # unfinished: the next stage runs elsewhere
-                await self._hand_on(evaluation)
+                lane = self._confirmation if evaluation.remeasure else self._flights
+                await lane.hand_on(evaluation)
             elif evaluation.remeasure:
                 samples.append(evaluation)
             else:
@@ -300,12 +301,6 @@ class Controller:
             await self._remeasure_more()
         if finals:
             await self._apply_programs(finals)
-
-    async def _hand_on(self, evaluation: Evaluation) -> None:
-        if evaluation.remeasure:
-            await self._confirmation.hand_on(evaluation)
-        else:
-            await self._flights.hand_on(evaluation)
 
     async def _apply_programs(self, finals: Sequence[Evaluation]) -> None:
         flights: dict[ProgramId, InFlight | None] = {}
@@ -318,10 +313,8 @@ class Controller:
             evaluation = result.evaluation
             self.progress.count(evaluation)
             self._ledger.evaluated(evaluation)
-            if (
-                result.program.parent_id is None
-                and evaluation.status is not ProgramStatus.EVALUATED
-            ):
+            seed_failed = evaluation.status is not ProgramStatus.EVALUATED
+            if result.program.parent_id is None and seed_failed:
                 self._fail(f"the initial program did not pass: {evaluation.error or 'rejected'}")
         if any(self._confirmation.beats_best(result.evaluation.score) for result in applied):
             await self._remeasure_more()  # before the slots go back: the run's end waits for it
