@@ -314,12 +314,12 @@ def program_configs(path: Path, shapes: Sequence[GemmShape]) -> list[GemmConfig]
     from codevolve.core.config import SandboxLimits
     from codevolve.evaluator_workers.cascade import SandboxedCandidate
     from codevolve.evaluator_workers.sandbox import SandboxPool
-    from codevolve.problems.gemm_tiling.stages import _configs_or_error
+    from codevolve.problems.gemm_tiling.stages import configs_or_error
 
     with SandboxPool(size=1) as pool:
         candidate = SandboxedCandidate(path.read_text(), limits=SandboxLimits(), pool=pool)
         reply = candidate.call("choose_config", [s.args for s in shapes])
-    configs = _configs_or_error(shapes, reply, hidden=frozenset())
+    configs = configs_or_error(shapes, reply, hidden=frozenset())
     if isinstance(configs, str):
         raise SystemExit(f"{path}: {configs}")
     return configs

@@ -84,13 +84,13 @@ def ask_configs(
     reply = candidate.call(ENTRY_POINT, [s.args for s in shapes])
     if not reply.ok:
         return _sandbox_error(stage, reply)
-    configs = _configs_or_error(shapes, reply, hidden=hidden)
+    configs = configs_or_error(shapes, reply, hidden=hidden)
     if isinstance(configs, str):
         return StageResult(stage=stage, passed=False, score=None, error=configs)
     return configs
 
 
-def _configs_or_error(
+def configs_or_error(
     shapes: Sequence[GemmShape], reply: SandboxReply, *, hidden: frozenset[GemmShape]
 ) -> list[GemmConfig] | str:
     """The candidate's answers as launchable configs, or why they are not.
