@@ -17,7 +17,7 @@ from codevolve.services.cli import main
 from codevolve.services.controller.loop import Progress
 from codevolve.services.read_models.report import build_report
 from codevolve.services.read_models.views import job_status
-from tests.unit.remeasure_support import (
+from tests.unit.controller.remeasure_support import (
     LUCKY_FAILING,
     LUCKY_LOW,
     STEADY,

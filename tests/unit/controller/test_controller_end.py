@@ -10,7 +10,7 @@ import pytest
 from codevolve.core.config import RunConfig
 from codevolve.evaluator_workers.local_queue import LocalQueue
 from codevolve.services.controller import results as controller_module
-from tests.unit.controller_support import run_job
+from tests.unit.controller.controller_support import run_job
 
 LONG_POLL_S = 30.0  # a result read that waits this long would hold the run's end back
 

@@ -10,7 +10,7 @@ import pytest
 
 from codevolve.core.config import RunConfig
 from codevolve.evaluator_workers.local_queue import LocalQueue
-from tests.unit.controller_support import run_job
+from tests.unit.controller.controller_support import run_job
 
 
 @pytest.mark.parametrize("log_prompts", [True, False])

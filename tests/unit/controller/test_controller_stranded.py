@@ -8,7 +8,7 @@ from pathlib import Path
 from codevolve.core.config import RunConfig
 from codevolve.core.task import Task
 from codevolve.evaluator_workers.local_queue import LocalQueue
-from tests.unit.controller_support import run_job
+from tests.unit.controller.controller_support import run_job
 
 
 class FlakyQueue(LocalQueue):

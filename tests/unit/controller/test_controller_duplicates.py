@@ -9,7 +9,7 @@ from codevolve.core.config import RunConfig
 from codevolve.core.program import Evaluation
 from codevolve.core.task import Task
 from codevolve.evaluator_workers.local_queue import LocalQueue
-from tests.unit.controller_support import run_job
+from tests.unit.controller.controller_support import run_job
 
 
 class TwiceQueue(LocalQueue):

@@ -28,7 +28,7 @@ from codevolve.prompt_sampler.builder import build_prompt
 from codevolve.services.controller.proposal_pool import ProposalPool, Settled, _dumps, settle
 from codevolve.services.runtime.embedded import make_proposer
 from codevolve.services.runtime.problems import cached_problem
-from tests.unit.controller_support import run_job
+from tests.unit.controller.controller_support import run_job
 
 PROBLEM = "gemm-tiling"
 MAX_CODE_LENGTH = 100_000
@@ -127,7 +127,7 @@ def test_processes_exit_when_the_controller_is_killed() -> None:
     script = textwrap.dedent(
         """
         import asyncio
-        from tests.unit.test_proposal_pool import _proposer
+        from tests.unit.controller.test_proposal_pool import _proposer
         from codevolve.services.controller.proposal_pool import ProposalPool
 
         async def main():
