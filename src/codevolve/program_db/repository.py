@@ -3,7 +3,8 @@
 Contract, for every function here:
 
 - it takes an ``AsyncSession`` and never commits: the caller owns the transaction (one session and
-  one transaction per controller step or API request). One exception: ``write_proposals`` also
+  one transaction per controller step or API request; the controller's come from
+  :class:`~codevolve.program_db.job_store.JobStore`). One exception: ``write_proposals`` also
   takes a Postgres connection in autocommit, as it is one statement there;
 - it returns ``core`` values (``Job``, ``Program``, ``BestCase``...) or plain data, never rows;
 - expected outcomes are values (``apply_evaluation`` returns False for a duplicate delivery,
