@@ -17,9 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from codevolve.services.runtime.embedded import run_embedded
-
 from codevolve.core.config import RunConfig
+from codevolve.services.runtime.embedded import run_embedded
 
 
 def main() -> None:

@@ -55,9 +55,6 @@ from typing import Any
 
 import asyncpg
 import numpy as np
-from codevolve.services.controller.loop import Controller
-from codevolve.services.runtime.embedded import make_proposer, tune_gc
-from codevolve.services.runtime.workers import WorkerOptions, run_worker_process
 from scratch import Scratch, scratch_database
 from sqlalchemy.engine import make_url
 
@@ -72,6 +69,9 @@ from codevolve.evaluator_workers.sandbox import SandboxPool
 from codevolve.evaluator_workers.worker import run_worker
 from codevolve.program_db import repository
 from codevolve.program_db.engine import create_engine, session_factory, sqlite_url, upgrade
+from codevolve.services.controller.loop import Controller
+from codevolve.services.runtime.embedded import make_proposer, tune_gc
+from codevolve.services.runtime.workers import WorkerOptions, run_worker_process
 
 INITIAL = """\
 # EVOLVE-BLOCK-START

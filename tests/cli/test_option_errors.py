@@ -109,3 +109,13 @@ def test_resume_accepts_the_stored_values_and_per_process_options(run_db: tuple[
     )  # fmt: skip
     assert outcome.returncode == 0, outcome.stderr
     assert [row[1] for row in job_rows(db)] == ["done"]
+
+
+def test_a_problem_folder_names_the_option_the_user_typed(tmp_path: Path) -> None:
+    folder = Path(__file__).parents[2] / "src/codevolve/problems/examples/function_minimization"
+    outcome = codevolve(
+        "run", "--problem-dir", str(folder), "--proposals", "0", "--db", "p.sqlite", cwd=tmp_path
+    )
+    assert outcome.returncode == 2
+    assert outcome.error_line == "error: --proposals must be at least 1, got 0"
+    assert list(tmp_path.iterdir()) == []

@@ -122,14 +122,19 @@ def bundle_run_config(
     top; and the warnings about ``config.yaml`` keys that did not carry over. BundleError names
     the key at fault."""
     problem = problem_of(bundle)
-    given = merged(dict(problem.config.run_fields), config_fields(keys, fields=fields))
+    users = config_fields(keys, fields=fields)
+    given = merged(dict(problem.config.run_fields), users)
     given["problem"] = bundle.name
     try:
         config = RunConfig.model_validate(given)
     except ValidationError as exc:
-        where = "; ".join(
-            f"{_source(error['loc'])}: {error['msg']}" for error in exc.errors(include_url=False)
-        )
+        # A value the user typed is named as they typed it (RunConfigRefused); only what came
+        # from the folder's config.yaml is named by its key there.
+        refusals = refusals_of(exc)
+        theirs = [r for r in refusals if _given(users, r.location)]
+        if theirs:
+            raise RunConfigRefused(theirs) from exc
+        where = "; ".join(f"{_source(r.location)}: {r.message}" for r in refusals)
         raise BundleError(f"{CONFIG} with the command's options: {where}") from exc
     return config, problem.config.warnings
 
@@ -173,6 +178,19 @@ def _requirement(error: Any) -> str:
     return f"{words}, got {given}"
 
 
-def _source(location: tuple[int | str, ...]) -> str:
+def _source(location: Sequence[int | str]) -> str:
     path = ".".join(str(part) for part in location)
     return SOURCES.get(path, path)
+
+
+def _given(fields: Mapping[str, Any], location: Sequence[int | str]) -> bool:
+    """Whether the value at ``location`` is one the user gave in ``fields`` (walked through
+    nested sections and lists), not one that came from ``config.yaml``."""
+    here: Any = fields
+    for part in location:
+        in_section = isinstance(here, Mapping) and isinstance(part, str) and part in here
+        in_list = isinstance(here, Sequence) and isinstance(part, int) and part < len(here)
+        if not (in_section or in_list):
+            return False
+        here = here[part]
+    return True

@@ -21,8 +21,8 @@ from codevolve.core.errors import ConfigError
 from codevolve.problems.openevolve import problem_of, select_folder
 from codevolve.problems.openevolve.bundle import CONFIG
 from codevolve.services.cli import llm as cli_llm
-from codevolve.services.cli.options import JOB_KEYS
-from codevolve.services.run_config import bundle_run_config
+from codevolve.services.cli.options import JOB_KEYS, config_error
+from codevolve.services.run_config import RunConfigRefused, bundle_run_config
 
 
 def add_run_arguments(run: argparse.ArgumentParser) -> None:
@@ -47,7 +47,10 @@ def run_config_from_args(args: argparse.Namespace) -> tuple[RunConfig, tuple[str
     proposer = _proposer_overrides(args, problem_of(bundle).config.run_fields)
     if proposer is not None:
         fields["proposer"] = proposer
-    config, config_warnings = bundle_run_config(bundle, keys, fields=fields)
+    try:
+        config, config_warnings = bundle_run_config(bundle, keys, fields=fields)
+    except RunConfigRefused as exc:  # an option the user typed: named as they typed it
+        raise config_error(exc) from exc
     warnings = tuple(f"{CONFIG}: {warning}" for warning in config_warnings)
     left_out = selection.warning()
     return config, warnings if left_out is None else (*warnings, left_out)

@@ -61,12 +61,17 @@ def run_config(problem: str, config: JobConfigIn) -> RunConfig:
     try:
         return run_config_of(config.given_keys(), fields={"problem": problem})
     except RunConfigRefused as refused:
-        errors = []
-        for refusal in refused.refusals:
-            field = str(refusal.location[0]) if refusal.location else ""
-            loc = ("config", refusal.key or field) if field else ("config",)
-            errors.append({"loc": ("body", *loc), "msg": refusal.message, "type": refusal.kind})
-        raise RequestValidationError(errors) from refused
+        raise _refused(refused) from refused
+
+
+def _refused(refused: RunConfigRefused) -> RequestValidationError:
+    """The 422 of values the RunConfig refused, each named by the JSON key the client sent."""
+    errors = []
+    for refusal in refused.refusals:
+        field = str(refusal.location[0]) if refusal.location else ""
+        loc = ("config", refusal.key or field) if field else ("config",)
+        errors.append({"loc": ("body", *loc), "msg": refusal.message, "type": refusal.kind})
+    return RequestValidationError(errors)
 
 
 async def _check_bundle(session: SessionDep, problem: str, principal: Principal) -> None:
@@ -144,6 +149,8 @@ async def create_bundle_job(
         ) from None
     try:  # config.yaml mapped onto the run config, the request's keys on top
         config, warnings = bundle_run_config(bundle, body.config.given_keys())
+    except RunConfigRefused as refused:  # a key the request sent
+        raise _refused(refused) from None
     except BundleError as error:
         raise _field_error(("config",), str(error), "bad_config") from None
     await repository.store_bundle(
