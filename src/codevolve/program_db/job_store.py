@@ -77,7 +77,7 @@ class JobStore:
         if self._autocommit is None:
             async with self.reading() as unit:
                 return await repository.write_proposals(
-                    unit.session, self._job_id, children, entries
+                    unit._session, self._job_id, children, entries
                 )
         async with self._autocommit_connection(self._autocommit) as connection:
             return await repository.write_proposals(connection, self._job_id, children, entries)
@@ -145,68 +145,68 @@ class JobTransaction:
     """The repository's functions for one job, in one open transaction (its caller commits)."""
 
     def __init__(self, session: AsyncSession, job_id: JobId) -> None:
-        self.session = session
+        self._session = session
         self._job_id = job_id
 
     # ---------------------------------------------------------------------- the job
 
     async def job(self) -> Job | None:
-        return await repository.get_job(self.session, self._job_id)
+        return await repository.get_job(self._session, self._job_id)
 
     async def set_state(self, state: JobState, *, error: str | None = None) -> None:
-        await repository.set_job_state(self.session, self._job_id, state, error=error)
+        await repository.set_job_state(self._session, self._job_id, state, error=error)
 
     async def add_wall(self, seconds: float) -> None:
-        await repository.add_job_wall(self.session, self._job_id, seconds)
+        await repository.add_job_wall(self._session, self._job_id, seconds)
 
     async def proposal_stats(self) -> tuple[int, int]:
         """(proposals logged, the next proposal index)."""
-        return await repository.proposal_stats(self.session, self._job_id)
+        return await repository.proposal_stats(self._session, self._job_id)
 
     async def proposal_usage(self) -> list[UsageRow]:
-        return await repository.proposal_usage(self.session, self._job_id)
+        return await repository.proposal_usage(self._session, self._job_id)
 
     async def record_proposal(self, entry: repository.ProposalEntry) -> bool:
         """Log one proposal; False when its index was logged already."""
-        return await repository.record_proposals(self.session, self._job_id, [entry]) == 1
+        return await repository.record_proposals(self._session, self._job_id, [entry]) == 1
 
     # ------------------------------------------------------------------ programs
 
     async def insert_program(self, program: Program) -> None:
-        await repository.insert_program(self.session, program)
+        await repository.insert_program(self._session, program)
 
     async def program(self, program_id: ProgramId) -> Program | None:
-        return await repository.get_program(self.session, program_id)
+        return await repository.get_program(self._session, program_id)
 
     async def programs(self, ids: Sequence[ProgramId]) -> list[Program]:
-        return await repository.get_programs(self.session, ids)
+        return await repository.get_programs(self._session, ids)
 
     async def find_by_hash(self, content_hash: str) -> ProgramId | None:
-        return await repository.find_program_by_hash(self.session, self._job_id, content_hash)
+        return await repository.find_program_by_hash(self._session, self._job_id, content_hash)
 
     async def pending_programs(self) -> list[Program]:
-        return await repository.pending_programs(self.session, self._job_id)
+        return await repository.pending_programs(self._session, self._job_id)
 
     async def mark_enqueued(self, program_id: ProgramId) -> int:
         """Count one more attempt; returns the program's attempts."""
-        return await repository.mark_enqueued(self.session, program_id)
+        return await repository.mark_enqueued(self._session, program_id)
 
     async def apply_evaluations(
         self, results: Sequence[tuple[Evaluation, CellKey | None]]
     ) -> set[ProgramId]:
         """The guarded ``pending -> evaluated`` transition; the ids it applied."""
-        return await repository.apply_evaluations(self.session, results)
+        return await repository.apply_evaluations(self._session, results)
 
     # ------------------------------------------------------------------ the archive
 
     async def archive(self) -> ArchiveMirror:
-        return await ArchiveMirror.load(self.session, self._job_id)
+        return await ArchiveMirror.load(self._session, self._job_id)
 
     async def add_elite(
         self, *, island: IslandId, cell: CellKey, program_id: ProgramId, score: float, epoch: int
     ) -> AddOutcome:
         return await repository.add_elite(
-            self.session,
+            self._session,
             job_id=self._job_id,
             island=island,
             cell=cell,
@@ -216,31 +216,31 @@ class JobTransaction:
         )
 
     async def best_cases(self) -> dict[str, BestCase]:
-        return await repository.best_cases(self.session, self._job_id)
+        return await repository.best_cases(self._session, self._job_id)
 
     async def record_best_cases(self, cases: Sequence[BestCase]) -> None:
-        await repository.record_best_cases(self.session, self._job_id, cases)
+        await repository.record_best_cases(self._session, self._job_id, cases)
 
     async def migrate(self, *, migrants: int) -> int:
-        return await repository.migrate(self.session, self._job_id, migrants=migrants)
+        return await repository.migrate(self._session, self._job_id, migrants=migrants)
 
     async def reset_islands(self, rng: np.random.Generator) -> list[IslandId]:
-        return await repository.reset_islands(self.session, self._job_id, rng)
+        return await repository.reset_islands(self._session, self._job_id, rng)
 
     # -------------------------------------------------------------- re-measures
 
     async def confirmed_best(self) -> Program | None:
-        return await repository.confirmed_best(self.session, self._job_id)
+        return await repository.confirmed_best(self._session, self._job_id)
 
     async def remeasure_candidates(
         self, *, above: float | None, exclude: Sequence[ProgramId], limit: int
     ) -> list[Program]:
         return await repository.remeasure_candidates(
-            self.session, self._job_id, above=above, exclude=exclude, limit=limit
+            self._session, self._job_id, above=above, exclude=exclude, limit=limit
         )
 
     async def record_remeasure(self, program_id: ProgramId, verdict: Remeasure) -> bool:
-        return await repository.record_remeasure(self.session, program_id, verdict)
+        return await repository.record_remeasure(self._session, program_id, verdict)
 
     async def set_best(self, program_id: ProgramId, score: float) -> None:
-        await repository.set_job_best(self.session, self._job_id, program_id, score)
+        await repository.set_job_best(self._session, self._job_id, program_id, score)
