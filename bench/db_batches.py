@@ -36,8 +36,8 @@ from codevolve.core.program import (
 from codevolve.core.prompt import ProposalStatus
 from codevolve.program_db import repository
 from codevolve.program_db.engine import create_engine, session_factory, upgrade
-from codevolve.program_db.programs import _apply_with_statements
-from codevolve.program_db.proposal_batches import _write_with_statements
+from codevolve.program_db.programs import apply_with_statements
+from codevolve.program_db.proposal_batches import write_with_statements
 
 SIZES = (1, 10, 50)
 
@@ -130,14 +130,14 @@ def _forms(
                 await repository.write_proposals(target, job_id, children, entries)
         else:
             async with sessions.begin() as session:
-                await _write_with_statements(session, job_id, children, entries)
+                await write_with_statements(session, job_id, children, entries)
 
     async def apply() -> None:
         async with sessions.begin() as session:
             if single:
                 await repository.apply_evaluations(session, list(results.values()))
             else:
-                await _apply_with_statements(session, results)
+                await apply_with_statements(session, results)
 
     return write, apply
 

@@ -13,6 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import (  # noqa: F401  (fixtures used by name)
+    migrated_sqlite_url,
+    sqlite_template,
+)
+
 RUN_PROPOSALS = 6  # the template run: enough for programs, over in a few seconds
 
 

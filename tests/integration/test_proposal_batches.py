@@ -16,8 +16,8 @@ from codevolve.core.prompt import ProposalStatus
 from codevolve.program_db import repository
 from codevolve.program_db.errors import ProgramDbError
 from codevolve.program_db.models import ProgramRow, ProposalRow
-from codevolve.program_db.programs import _apply_with_statements
-from codevolve.program_db.proposal_batches import DUPLICATE_REASON, _write_with_statements
+from codevolve.program_db.programs import apply_with_statements
+from codevolve.program_db.proposal_batches import DUPLICATE_REASON, write_with_statements
 from tests.integration.conftest import evaluation_of, new_program, run_config
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -160,7 +160,7 @@ async def test_the_postgres_statement_writes_what_the_three_statements_write(
             connection, first_job, first_children[1:], first_entries
         )
     async with sessions.begin() as session:
-        second = await _write_with_statements(
+        second = await write_with_statements(
             session, second_job, second_children[1:], second_entries
         )
     # The second batch's ids stand for the first's where they are the same program.
@@ -212,7 +212,7 @@ async def test_the_postgres_result_update_writes_what_the_two_statements_write(
         first = await repository.apply_evaluations(session, results(first_programs))
     async with sessions.begin() as session:
         batch = {ev.program_id: (ev, cell) for ev, cell in reversed(results(second_programs))}
-        second = await _apply_with_statements(session, batch)
+        second = await apply_with_statements(session, batch)
     ids = {b.id: a.id for a, b in zip(first_programs, second_programs, strict=True)}
     ids |= {b.source: a.source for a, b in zip(first_programs, second_programs, strict=True)}
     ids |= {

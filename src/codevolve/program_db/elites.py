@@ -297,7 +297,8 @@ async def reset_islands(
 async def upsert_best_cases(
     session: AsyncSession, job_id: JobId, program_id: ProgramId, cases: Sequence[CaseResult]
 ) -> None:
-    """Keep, per case key, the lowest cost seen and the program that achieved it (one upsert)."""
+    """Keep, per case key, the lowest cost seen and the program that achieved it (one upsert).
+    A reference form of :func:`record_best_cases` for one program, used by tests."""
     await record_best_cases(
         session,
         job_id,

@@ -93,7 +93,8 @@ async def add_job_wall(session: AsyncSession, job_id: JobId, seconds: float) -> 
 
 
 async def update_job_best(session: AsyncSession, job_id: JobId) -> None:
-    """Refresh the job's cached best program and score from the programs table."""
+    """Set the job's cached best to the best program as picked (:func:`best_program`). A
+    reference form for tests' fixtures: a run sets the confirmed best (:func:`set_job_best`)."""
     best = await best_program(session, job_id)
     await _update_job(
         session,

@@ -180,7 +180,8 @@ async def mark_enqueued(session: AsyncSession, program_id: ProgramId) -> int:
 async def apply_evaluation(
     session: AsyncSession, evaluation: Evaluation, *, cell: CellKey | None
 ) -> bool:
-    """Record a worker's result, once (:func:`apply_evaluations` with one result).
+    """Record a worker's result, once (:func:`apply_evaluations` with one result). A reference
+    form: the run applies results in batches; tests use it to state one result's semantics.
 
     Returns False when the program is not pending any more (a duplicate delivery, or a program
     already failed by the dead-letter path); nothing is changed then.
@@ -218,10 +219,10 @@ async def apply_evaluations(
         connection = await session.connection()
         updated = await connection.exec_driver_sql(_APPLY_POSTGRES, _apply_parameters(first))
         return {str(program_id) for (program_id,) in updated}
-    return await _apply_with_statements(session, first)
+    return await apply_with_statements(session, first)
 
 
-async def _apply_with_statements(
+async def apply_with_statements(
     session: AsyncSession, first: Mapping[ProgramId, tuple[Evaluation, CellKey | None]]
 ) -> set[ProgramId]:
     """The same write as a locking read and an executemany UPDATE, which every backend runs."""
@@ -323,7 +324,8 @@ def _result_values(evaluation: Evaluation, cell: CellKey | None) -> dict[str, An
 
 
 async def mark_failed(session: AsyncSession, program_id: ProgramId, reason: str) -> bool:
-    """Fail a pending program (e.g. its task was dead-lettered); False if it was not pending."""
+    """Fail a pending program (e.g. its task was dead-lettered); False if it was not pending.
+    A reference form of the batched failure the run applies with its results."""
     result = await session.execute(
         update(ProgramRow)
         .where(ProgramRow.id == program_id, ProgramRow.status == ProgramStatus.PENDING.value)
@@ -406,7 +408,8 @@ async def program_counts(session: AsyncSession, job_id: JobId) -> ProgramCounts:
 
 
 async def best_program(session: AsyncSession, job_id: JobId) -> Program | None:
-    """The evaluated program with the highest score; the earliest proposal wins a tie."""
+    """The evaluated program with the highest score as picked; the earliest proposal wins a
+    tie. A reference form for tests: the job's best is :func:`confirmed_best`."""
     programs = await _programs(
         session,
         select(ProgramRow)
@@ -533,8 +536,8 @@ async def _by_score(
 
 
 async def score_history(session: AsyncSession, job_id: JobId) -> list[tuple[int, float]]:
-    """``(proposal_index, score)`` of every evaluated program, by proposal index: the score-over-
-    time chart."""
+    """``(proposal_index, score)`` of every evaluated program, by proposal index. A reference
+    form: the dashboard's chart reads its own query (api/queries.py)."""
     rows = await session.execute(
         select(ProgramRow.proposal_index, ProgramRow.score)
         .where(

@@ -104,10 +104,10 @@ async def write_proposals(
         return {str(program_id) for (program_id,) in rows}
     if not isinstance(target, AsyncSession):
         raise ProgramDbError(f"a {dialect} proposal batch needs a session (a transaction)")
-    return await _write_with_statements(target, job_id, children, entries)
+    return await write_with_statements(target, job_id, children, entries)
 
 
-async def _write_with_statements(
+async def write_with_statements(
     session: AsyncSession,
     job_id: JobId,
     children: Sequence[Program],

@@ -50,7 +50,8 @@ class UsageRow:
 
 
 async def job_cost(session: AsyncSession, job_id: JobId) -> float:
-    """USD spent on the job's proposals so far (the ``max_cost_usd`` budget counts this)."""
+    """USD spent on the job's proposals so far. A reference form: the run's budget counts the
+    same sum as proposals are logged (the proposal ledger)."""
     total = await session.scalar(
         select(func.coalesce(func.sum(ProposalRow.cost_usd), 0.0)).where(
             ProposalRow.job_id == job_id
