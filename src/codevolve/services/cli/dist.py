@@ -20,15 +20,12 @@ import logging
 import shlex
 import signal
 import sys
-from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from redis.asyncio import Redis
 
 from codevolve.core.config import RunConfig
 from codevolve.core.errors import ConfigError
-from codevolve.evaluator_workers.heartbeat import list_workers
 from codevolve.evaluator_workers.redis_keys import CAPABILITIES, DEFAULT_PREFIX, RedisKeys
 from codevolve.evaluator_workers.redis_queue import QueueTuning
 from codevolve.services.cli.options import (
@@ -44,6 +41,7 @@ from codevolve.services.settings import Settings
 log = logging.getLogger(__name__)
 
 API_MODULE = "codevolve.services.api.app"
+FLEET_MODULE = "codevolve.services.api.fleet"  # the API's reader of the workers' heartbeats
 DEFAULT_PORT = 8000
 
 
@@ -279,36 +277,17 @@ def _api_server(
     """A uvicorn server of the API app, or None when this installation has no API."""
     try:
         api = importlib.import_module(API_MODULE)
-        deps = importlib.import_module("codevolve.services.api.deps")
+        fleet_module = importlib.import_module(FLEET_MODULE)
     except ImportError as exc:
         log.warning("no API in this installation (%s); running the controller only", exc)
         return None
     import uvicorn
 
-    fleet = None if redis is None else _fleet_reader(redis, keys, deps.WorkerStatus)
+    fleet = None if redis is None else fleet_module.redis_fleet(redis, keys)
     settings = Settings(db=args.db, redis_url=_redis_url(args, required=False))
     app = api.create_app(settings, sessions=sessions, fleet=fleet)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="on")
     return uvicorn.Server(config)
-
-
-def _fleet_reader(redis: Redis, keys: RedisKeys, status: Any) -> Any:
-    async def read() -> Sequence[Any]:
-        return [
-            status(
-                name=worker["name"],
-                capabilities=(
-                    worker["capability"],
-                    *worker.get("backends", ()),
-                    *((f"gpu:{worker['gpu_model']}",) if worker.get("gpu_model") else ()),
-                ),
-                last_seen=datetime.fromtimestamp(worker["seen"], UTC),
-                busy=worker["busy"],
-            )
-            for worker in await list_workers(redis, keys)
-        ]
-
-    return read
 
 
 async def _serve_api(server: Any, stop: asyncio.Event) -> None:

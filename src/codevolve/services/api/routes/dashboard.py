@@ -13,9 +13,11 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
+from codevolve.core.job import Job
 from codevolve.program_db import repository
 from codevolve.services.api.auth import COOKIE, ViewerDep, is_https, principal_of
 from codevolve.services.api.deps import SessionDep, state_of
+from codevolve.services.api.fleet import FleetUnreachable
 from codevolve.services.api.highlight import highlight_python, line_numbers, render_diff
 from codevolve.services.api.queries import (
     job_detail,
@@ -24,8 +26,8 @@ from codevolve.services.api.queries import (
     visible_job,
     visible_program,
 )
-from codevolve.services.api.routes.system import read_fleet
-from codevolve.services.api.schemas import JobPublic
+from codevolve.services.api.routes.system import fleet_unreachable, read_fleet
+from codevolve.services.api.schemas import Fleet, JobPublic
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=FilePath(__file__).parent.parent / "templates")
@@ -105,15 +107,24 @@ async def job_page(
     request: Request, job_id: IdPath, session: SessionDep, viewer: ViewerDep
 ) -> HTMLResponse:
     job = await visible_job(session, job_id, owner=viewer.owner_filter)
-    live = await job_live(session, job)
+    live = await _job_live(request, session, job)
     context = {"job": (await job_detail(session, job)).model_dump(), "live": live, "page": "job"}
     return templates.TemplateResponse(request, "job.html", context)
 
 
 @router.get("/jobs/{job_id}/live.json")
-async def job_live_json(job_id: IdPath, session: SessionDep, viewer: ViewerDep) -> JSONResponse:
+async def job_live_json(
+    request: Request, job_id: IdPath, session: SessionDep, viewer: ViewerDep
+) -> JSONResponse:
     job = await visible_job(session, job_id, owner=viewer.owner_filter)
-    return JSONResponse(await job_live(session, job))
+    return JSONResponse(await _job_live(request, session, job))
+
+
+async def _job_live(request: Request, session: SessionDep, job: Job) -> dict[str, Any]:
+    """The job page's data; ``fleet_unreachable`` says why a job that still needs workers may
+    not progress (a banner), null while the fleet answers or the job is finished."""
+    down = None if job.state.finished else await fleet_unreachable(request)
+    return await job_live(session, job) | {"fleet_unreachable": down}
 
 
 @router.get("/programs/{program_id}", response_class=HTMLResponse)
@@ -134,5 +145,9 @@ async def program_page(
 
 @router.get("/workers", response_class=HTMLResponse)
 async def workers_page(request: Request, viewer: ViewerDep) -> HTMLResponse:
-    fleet = await read_fleet(request)
-    return templates.TemplateResponse(request, "workers.html", {"fleet": fleet, "page": "workers"})
+    try:
+        fleet, unreachable = await read_fleet(request), None
+    except FleetUnreachable as exc:
+        fleet, unreachable = Fleet(mode="distributed", workers=[]), str(exc)
+    context = {"fleet": fleet, "unreachable": unreachable, "page": "workers"}
+    return templates.TemplateResponse(request, "workers.html", context)

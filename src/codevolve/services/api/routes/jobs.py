@@ -25,6 +25,7 @@ from codevolve.program_db.programs import ProgramOrder
 from codevolve.services.api.auth import Principal, PrincipalDep, UploaderDep
 from codevolve.services.api.bundle_check import BundleRejected, load_bundle
 from codevolve.services.api.deps import SessionDep, state_of
+from codevolve.services.api.fleet import FleetUnreachable
 from codevolve.services.api.queries import job_detail, top_programs, visible_job
 from codevolve.services.api.schemas import (
     BundleJobCreate,
@@ -93,7 +94,12 @@ async def _check_workers(request: Request, problem: str) -> None:
     if fleet is None or problem.startswith(BUNDLE_PROBLEM_PREFIX):
         return
     needed = needed_capabilities(cached_problem(problem).stages) - {CPU}
-    served = {capability for worker in await fleet() for capability in worker.capabilities}
+    if not needed:
+        return
+    try:
+        served = {capability for worker in await fleet() for capability in worker.capabilities}
+    except FleetUnreachable as exc:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=str(exc)) from None
     missing = sorted(needed - served)
     if missing:
         raise HTTPException(
@@ -106,7 +112,11 @@ async def _check_workers(request: Request, problem: str) -> None:
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    responses={**_ERRORS, 409: {"description": "no live worker has a capability it needs"}},
+    responses={
+        **_ERRORS,
+        409: {"description": "no live worker has a capability it needs"},
+        503: {"description": "it needs a GPU worker and the fleet cannot be read"},
+    },
 )
 async def create_job(
     request: Request, body: JobCreate, session: SessionDep, principal: PrincipalDep

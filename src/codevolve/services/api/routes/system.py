@@ -12,6 +12,7 @@ from codevolve.problems.registry import problem_names
 from codevolve.program_db import repository
 from codevolve.services.api.auth import MetricsReaderDep, PrincipalDep
 from codevolve.services.api.deps import SessionDep, WorkerStatus, state_of
+from codevolve.services.api.fleet import FleetUnreachable
 from codevolve.services.api.schemas import Fleet, Health, WorkerPublic
 
 router = APIRouter(tags=["system"])
@@ -33,10 +34,20 @@ async def health(session: SessionDep) -> Health:
 
 
 async def read_fleet(request: Request) -> Fleet:
+    """The fleet; :class:`FleetUnreachable` while its heartbeats cannot be read."""
     reader = state_of(request).fleet
     if reader is None:
         return Fleet(mode="embedded", workers=[])
     return Fleet(mode="distributed", workers=[_worker(w) for w in await reader()])
+
+
+async def fleet_unreachable(request: Request) -> str | None:
+    """Why the fleet cannot be read, as one sentence; None while it can (or in embedded mode)."""
+    try:
+        await read_fleet(request)
+    except FleetUnreachable as exc:
+        return str(exc)
+    return None
 
 
 def _worker(worker: WorkerStatus) -> WorkerPublic:
@@ -51,10 +62,19 @@ def _worker(worker: WorkerStatus) -> WorkerPublic:
     )
 
 
-@router.get("/api/v1/workers", responses={401: {"description": "missing or invalid token"}})
+@router.get(
+    "/api/v1/workers",
+    responses={
+        401: {"description": "missing or invalid token"},
+        503: {"description": "the workers' heartbeats cannot be read (Redis does not answer)"},
+    },
+)
 async def workers(request: Request, _principal: PrincipalDep) -> Fleet:
     """The evaluation workers seen by their heartbeats (embedded mode: in-process, none listed)."""
-    return await read_fleet(request)
+    try:
+        return await read_fleet(request)
+    except FleetUnreachable as exc:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=str(exc)) from None
 
 
 @router.get(
@@ -68,7 +88,10 @@ async def metrics(request: Request, session: SessionDep) -> PlainTextResponse:
     Needs the metrics or admin token, unless ``CODEVOLVE_PUBLIC_METRICS`` is set."""
     jobs = await repository.jobs_by_state(session)
     programs = await repository.programs_by_status(session)
-    fleet = await read_fleet(request)
+    try:
+        workers: list[str] = [f"codevolve_workers {len((await read_fleet(request)).workers)}"]
+    except FleetUnreachable:  # an unknown count is left out, not reported as 0
+        workers = []
     lines = [
         "# HELP codevolve_jobs Jobs by state.",
         "# TYPE codevolve_jobs gauge",
@@ -76,9 +99,9 @@ async def metrics(request: Request, session: SessionDep) -> PlainTextResponse:
         "# HELP codevolve_programs Programs by status.",
         "# TYPE codevolve_programs gauge",
         *(f'codevolve_programs{{status="{s}"}} {n}' for s, n in sorted(programs.items())),
-        "# HELP codevolve_workers Workers with a live heartbeat.",
+        "# HELP codevolve_workers Workers with a live heartbeat (absent: Redis unreachable).",
         "# TYPE codevolve_workers gauge",
-        f"codevolve_workers {len(fleet.workers)}",
+        *workers,
         "",
     ]
     return PlainTextResponse("\n".join(lines), media_type=PROMETHEUS_TEXT)

@@ -182,9 +182,17 @@ const codevolve = (() => {
     if (state) { state.textContent = job.state; state.className = `state state-${job.state}`; }
   }
 
+  function renderFleet(unreachable) {
+    const banner = document.getElementById("fleet-banner");
+    if (!banner) return;
+    banner.hidden = !unreachable;
+    if (unreachable) banner.textContent = `${unreachable}; this job's programs wait until its workers can be reached again`;
+  }
+
   function jobPage(jobId) {
     const render = (data) => {
       renderStats(data.job);
+      renderFleet(data.fleet_unreachable);
       drawChart(document.getElementById("score-chart"), data);
       drawHeatmaps(document.getElementById("heatmaps"), data);
       renderTop(document.querySelector("#top-table tbody"), data.top);
