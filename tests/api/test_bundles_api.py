@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select
 
 from codevolve.problems.openevolve.bundle import MAX_BUNDLE_BYTES
@@ -85,6 +86,27 @@ async def test_malformed_bundles_are_422s_naming_the_file(api: Api) -> None:
 async def test_a_config_yaml_value_that_is_out_of_range_is_a_422(api: Api) -> None:
     detail = await _bad(api, bundle(**{"config.yaml": b"max_iterations: -3\n"}))
     assert "max_iterations" in detail[0]["msg"] or "max_proposals" in detail[0]["msg"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            b"max_iterations: 99999999999999999999\n",
+            "config.yaml: max_iterations must be at most 10000000, got 99999999999999999999",
+        ),
+        (b"max_iterations: .nan\n", "config.yaml: max_iterations must be a finite number, got nan"),
+        (
+            b"database:\n  exploitation_ratio: .inf\n",
+            "config.yaml: database.exploitation_ratio must be a finite number, got inf",
+        ),
+    ],
+)
+async def test_config_yaml_is_held_to_the_apis_caps(api: Api, text: bytes, message: str) -> None:
+    """The same caps as the request's own keys, named by the config.yaml key; nothing stored."""
+    detail = await _bad(api, bundle(**{"config.yaml": text}))
+    assert detail == [{"loc": ["body", "config"], "msg": message, "type": "bad_config"}]
+    assert await _counts(api) == (0, 0)
 
 
 async def test_an_oversized_bundle_is_a_413(api: Api) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,27 @@ def test_a_problem_folder_names_the_option_the_user_typed(tmp_path: Path) -> Non
     assert outcome.returncode == 2
     assert outcome.error_line == "error: --proposals must be at least 1, got 0"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "99999999999999999999",
+            "max_iterations must be at most 10000000, got 99999999999999999999",
+        ),
+        (".nan", "max_iterations must be a finite number, got nan"),
+    ],
+)
+def test_a_problem_folders_config_yaml_is_held_to_the_same_caps(
+    tmp_path: Path, value: str, message: str
+) -> None:
+    example = Path(__file__).parents[2] / "src/codevolve/problems/examples/function_minimization"
+    folder = tmp_path / "problem"
+    shutil.copytree(example, folder)
+    (folder / "config.yaml").write_text(f"max_iterations: {value}\n")
+    outcome = codevolve("run", "--problem-dir", str(folder), "--db", "p.sqlite", cwd=tmp_path)
+    assert outcome.returncode == 2
+    assert outcome.error_line == f"error: config.yaml: {message}"
+    assert "Traceback" not in outcome.stderr
+    assert not (tmp_path / "p.sqlite").exists()

@@ -121,6 +121,11 @@ def test_an_empty_or_missing_config_gives_the_defaults() -> None:
         ("evaluator:\n  cascade_thresholds: 0.5\n", "evaluator.cascade_thresholds must be"),
         ("llm:\n  models: [{weight: 1}]\n", r"llm.models\[0\] needs a name"),
         ("key: [unclosed\n", "not valid YAML"),
+        ("max_iterations: .nan\n", "max_iterations must be a finite number, got nan$"),
+        (
+            "database:\n  exploitation_ratio: -.inf\n",
+            "database.exploitation_ratio must be a finite number, got -inf$",
+        ),
     ],
 )
 def test_malformed_configs_name_the_key(text: str, at_fault: str) -> None:
@@ -129,7 +134,9 @@ def test_malformed_configs_name_the_key(text: str, at_fault: str) -> None:
 
 
 def test_a_value_the_run_config_refuses_names_the_config_key() -> None:
-    with pytest.raises(BundleError, match="max_iterations: Input should be greater than"):
+    with pytest.raises(
+        BundleError, match=r"^config\.yaml: max_iterations must be at least 1, got 0$"
+    ):
         bundle_run_config(bundle("max_iterations: 0\n"), {})
     with pytest.raises(BundleError, match=r"evaluator\.timeout"):
         bundle_run_config(bundle("evaluator:\n  timeout: -1\n"), {})
@@ -154,3 +161,20 @@ def test_fitness_is_else_the_mean_of_plain_numeric_metrics() -> None:
 def test_fitness_of_a_nan_combined_score_falls_back_and_of_nothing_is_none() -> None:
     assert fitness({"combined_score": math.nan, "a": 4.0}) == 4.0
     assert fitness({"error": "boom", "ok": False}) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "max_iterations: 99999999999999999999\n",
+            "max_iterations must be at most 10000000, got 99999999999999999999",
+        ),
+        ("random_seed: 1.0e+30\n", "random_seed must be at most 4294967295, got 10"),
+        ("database:\n  num_islands: 100000\n", "database.num_islands must be at most 256, got"),
+        ("max_code_length: 1.0e+12\n", "max_code_length must be at most 1048576, got"),
+    ],
+)
+def test_config_yaml_is_held_to_the_caps_of_every_source(text: str, message: str) -> None:
+    with pytest.raises(BundleError, match=f"^config.yaml: {message}"):
+        bundle_run_config(bundle(text), {})

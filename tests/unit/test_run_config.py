@@ -9,6 +9,7 @@ from codevolve.services.api.schemas import JobConfigIn
 from codevolve.services.cli import _parser
 from codevolve.services.cli.options import JOB_KEYS, config_error
 from codevolve.services.run_config import (
+    CAPS,
     FIELD_OF,
     NAMES,
     RunConfigRefused,
@@ -63,3 +64,26 @@ def test_every_job_option_of_run_is_its_key_as_an_option() -> None:
         option = NAMES[FIELD_OF[key]][1]
         assert option == "--" + key.replace("_", "-")
         assert dests[key] == [option]
+
+
+def test_a_value_over_its_cap_is_refused_from_any_source() -> None:
+    with pytest.raises(RunConfigRefused) as refused:
+        run_config_of({"proposals": 10**20}, fields=GEMM)
+    line = str(config_error(refused.value))
+    assert line == f"--proposals must be at most 10000000, got {10**20}"
+    with pytest.raises(RunConfigRefused) as refused:  # a field no option sets (--config JSON)
+        run_config_of({}, fields={**GEMM, "max_code_length": 10**9})
+    assert refused.value.refusals[0].requirement == f"must be at most {1 << 20}, got {10**9}"
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_capped_value_must_be_finite(value: float) -> None:
+    with pytest.raises(RunConfigRefused) as refused:
+        run_config_of({"max_wall_s": value}, fields=GEMM)
+    assert str(config_error(refused.value)) == f"--max-wall-s must be a finite number, got {value}"
+
+
+def test_the_api_schema_takes_its_caps_from_the_one_table() -> None:
+    properties = JobConfigIn.model_json_schema()["properties"]
+    for key in JobConfigIn.model_fields:
+        assert properties[key]["maximum"] == CAPS[FIELD_OF[key]], key

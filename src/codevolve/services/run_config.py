@@ -13,6 +13,7 @@ first, what the user typed on top; a refused value names the ``config.yaml`` key
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -54,6 +55,24 @@ NAMES: dict[str, tuple[str | None, str | None]] = {
 }
 # The key users type (a JSON key; an option without its ``--``, ``-`` as ``_``) -> its field.
 FIELD_OF: dict[str, str] = {key: field for field, (key, _) in NAMES.items() if key is not None}
+
+MAX_PROPOSALS = 10_000_000  # a budget beyond this is a typo, not a plan
+# The largest value users may give a RunConfig field, whatever the source: the API's schema
+# (JobConfigIn reads its bounds here), a bundle's config.yaml, the command line. RunConfig keeps
+# the lower bounds; these caps keep a typo from becoming a job that never ends or a number the
+# database cannot store. Every capped value must also be finite.
+CAPS: dict[str, int | float] = {
+    "seed": 2**32 - 1,
+    "max_proposals": MAX_PROPOSALS,
+    "max_wall_s": 30 * 86400,  # seconds
+    "islands": 256,
+    "max_in_flight": 4096,
+    "exploit_ratio": 1,
+    "migration_interval": MAX_PROPOSALS,
+    "migrants": 64,
+    "reset_interval": MAX_PROPOSALS,
+    "max_code_length": 1 << 20,  # characters; a bundle holds 16 MiB at most
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +120,39 @@ def run_config_of(
     of ``fields`` (RunConfig field names: the problem, a proposer section, further fields).
 
     :class:`RunConfigRefused` lists every refused value."""
+    return _validated(config_fields(keys, fields=fields))
+
+
+def _validated(given: Mapping[str, Any]) -> RunConfig:
+    """The RunConfig of ``given`` within :data:`CAPS`; RunConfigRefused lists what is not."""
+    over = over_caps(given)
+    if over:
+        raise RunConfigRefused(over)
     try:
-        return RunConfig.model_validate(config_fields(keys, fields=fields))
+        return RunConfig.model_validate(given)
     except ValidationError as exc:
         raise RunConfigRefused(refusals_of(exc)) from exc
+
+
+def over_caps(given: Mapping[str, Any]) -> tuple[Refusal, ...]:
+    """The values of ``given`` (RunConfig fields) above their cap or not finite; values that are
+    not numbers are left to the RunConfig's own checks."""
+    refusals = []
+    for field, cap in CAPS.items():
+        value = given.get(field)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if not math.isfinite(value):
+            message = "Input should be a finite number"
+            refusals.append(
+                Refusal((field,), message, "finite_number", f"must be a finite number, got {value}")
+            )
+        elif value > cap:
+            message = f"Input should be less than or equal to {cap}"
+            refusals.append(
+                Refusal((field,), message, "less_than_equal", f"must be at most {cap}, got {value}")
+            )
+    return tuple(refusals)
 
 
 def config_fields(
@@ -126,17 +174,24 @@ def bundle_run_config(
     given = merged(dict(problem.config.run_fields), users)
     given["problem"] = bundle.name
     try:
-        config = RunConfig.model_validate(given)
-    except ValidationError as exc:
+        config = _validated(given)
+    except RunConfigRefused as exc:
         # A value the user typed is named as they typed it (RunConfigRefused); only what came
         # from the folder's config.yaml is named by its key there.
-        refusals = refusals_of(exc)
-        theirs = [r for r in refusals if _given(users, r.location)]
+        theirs = [r for r in exc.refusals if _given(users, r.location)]
         if theirs:
             raise RunConfigRefused(theirs) from exc
-        where = "; ".join(f"{_source(r.location)}: {r.message}" for r in refusals)
-        raise BundleError(f"{CONFIG} with the command's options: {where}") from exc
+        raise BundleError("; ".join(_from_config_yaml(r) for r in exc.refusals)) from exc
     return config, problem.config.warnings
+
+
+def _from_config_yaml(refusal: Refusal) -> str:
+    """``config.yaml: max_iterations must be at most ...``; a refusal of the whole config (one
+    field against another) may come of the command's options too."""
+    if not refusal.location:
+        reason = refusal.message.removeprefix("Value error, ")
+        return f"{CONFIG} with the command's options: {reason}"
+    return f"{CONFIG}: {_source(refusal.location)} {refusal.requirement}"
 
 
 def refusals_of(exc: ValidationError) -> tuple[Refusal, ...]:

@@ -241,6 +241,9 @@ class _Reader:
     def _number(where: str, value: Any, kind: type) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise BundleError(f"{CONFIG}: {where} must be a number, not {value!r}")
+        if not math.isfinite(value):  # YAML's .nan and .inf; how large a value may be is the
+            # run config's to say (services.run_config.CAPS), whatever the source
+            raise BundleError(f"{CONFIG}: {where} must be a finite number, got {value}")
         if kind is int and value != int(value):
             raise BundleError(f"{CONFIG}: {where} must be a whole number, not {value!r}")
         return kind(value)

@@ -22,10 +22,10 @@ from codevolve.core.job import Job, ProgramCounts
 from codevolve.core.program import Program
 from codevolve.problems.registry import problem_names
 from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
+from codevolve.services.run_config import CAPS, FIELD_OF
 
 Id = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$", description="uuid4 hex")]
 Owner = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.@-]{1,200}$", description="owner name")]
-MAX_PROPOSALS = 10_000_000  # a budget beyond this is a typo, not a plan
 BUNDLE_NAME = re.compile(r"^bundle:[0-9a-f]{64}$")
 MAX_NAME_SHOWN = 40  # characters of an unknown problem name repeated in its error
 
@@ -69,10 +69,13 @@ def _not_nullable(schema: dict[str, Any]) -> None:
         schema.update(option)
 
 
-def _key(description: str, *, ge: float | None = None, gt: float | None = None, le: float) -> Any:
-    """A config key's field: optional, bounded, documented."""
+def _key(key: str, description: str, *, ge: float | None = None, gt: float | None = None) -> Any:
+    """The field of config key ``key``: optional, documented, bounded below as the RunConfig is
+    and above by the cap every source shares (``run_config.CAPS``, by the field the key sets), so
+    that a bundle's config.yaml and the command line are held to the same numbers."""
+    cap = CAPS[FIELD_OF[key]]
     return Field(
-        None, ge=ge, gt=gt, le=le, description=description, json_schema_extra=_not_nullable
+        None, ge=ge, gt=gt, le=cap, description=description, json_schema_extra=_not_nullable
     )
 
 
@@ -84,17 +87,17 @@ class JobConfigIn(_Input):
     """Overrides of the run config; each key is named like the ``codevolve run`` flag. A key left
     out takes the run config's default."""
 
-    proposals: Int = _key("proposal budget", ge=1, le=MAX_PROPOSALS)
-    seed: Int = _key("seed of every random choice", ge=0, le=2**32 - 1)
-    islands: Int = _key("independent sub-populations", ge=1, le=256)
-    in_flight: Int = _key("proposals in flight at once", ge=1, le=4096)
-    max_wall_s: Float = _key("wall budget, seconds", gt=0, le=30 * 86400)
-    exploit_ratio: Float = _key("rank sampling probability", ge=0, le=1)
+    proposals: Int = _key("proposals", "proposal budget", ge=1)
+    seed: Int = _key("seed", "seed of every random choice", ge=0)
+    islands: Int = _key("islands", "independent sub-populations", ge=1)
+    in_flight: Int = _key("in_flight", "proposals in flight at once", ge=1)
+    max_wall_s: Float = _key("max_wall_s", "wall budget, seconds", gt=0)
+    exploit_ratio: Float = _key("exploit_ratio", "rank sampling probability", ge=0)
     migration_interval: Int = _key(
-        "proposals between migrations (0: never)", ge=0, le=MAX_PROPOSALS
+        "migration_interval", "proposals between migrations (0: never)", ge=0
     )
-    migrants: Int = _key("elites sent per migration", ge=0, le=64)
-    reset_interval: Int = _key("proposals between island resets (0: never)", ge=0, le=MAX_PROPOSALS)
+    migrants: Int = _key("migrants", "elites sent per migration", ge=0)
+    reset_interval: Int = _key("reset_interval", "proposals between island resets (0: never)", ge=0)
 
     @field_validator("*", mode="before")
     @classmethod
