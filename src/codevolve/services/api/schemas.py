@@ -151,7 +151,9 @@ class JobPublic(BaseModel):
     created_at: datetime
     proposals: int = Field(description="proposals made so far")
     max_proposals: int
-    wall_s: float = Field(description="seconds running, summed over resumes")
+    wall_s: float = Field(
+        description="seconds running, summed over resumes; a running job's is stored every 2 s"
+    )
     max_wall_s: float | None
     best_score: float | None
     best_program_id: str | None

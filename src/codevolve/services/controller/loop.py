@@ -57,6 +57,9 @@ from codevolve.services.controller.results import ResultApplier, ResultReads
 log = logging.getLogger(__name__)
 
 CONTROL_POLL_S = 2.0  # seconds; how often the job's state is re-read (pause/cancel from outside)
+# seconds; how often a running job's wall time is stored (readers show a running job's time
+# without knowing when its run began; a crash loses at most this much of the wall budget)
+WALL_SAVE_S = 2.0
 
 __all__ = ["Controller", "Progress", "content_hash"]
 
@@ -99,6 +102,7 @@ class Controller:
         self._stop_proposing = asyncio.Event()
         self._final_state = JobState.DONE
         self._error: str | None = None
+        self._wall_saved = 0.0  # time.monotonic() up to which the run's wall time is stored
         self.progress = Progress(max_proposals=self._config.max_proposals)
         policy = RemeasurePolicy(top_k=AT_ONCE, samples=self._config.remeasure_samples)
         self._confirmation = BestConfirmation(
@@ -117,7 +121,7 @@ class Controller:
 
     async def run(self) -> JobState:
         """Run (or resume) the job; returns the state it ends in."""
-        started = time.monotonic()
+        started = self._wall_saved = time.monotonic()
         proposals_done, next_index = await self._start()
         self.progress.proposals = proposals_done
         try:
@@ -130,7 +134,7 @@ class Controller:
         finally:
             await self._store.close()
             async with self._store.transaction() as unit:
-                await unit.add_wall(time.monotonic() - started)
+                await unit.add_wall(time.monotonic() - self._wall_saved)
         async with self._store.transaction() as unit:
             await unit.set_state(self._final_state, error=self._error)
         return self._final_state
@@ -345,8 +349,14 @@ class Controller:
                 log.info("job %s: wall budget of %.0f s reached", self._job.id, wall_budget)
                 self._stop_proposing.set()
                 break
+            now = time.monotonic()
+            save_wall = now - self._wall_saved >= WALL_SAVE_S
             async with self._store.transaction() as unit:
                 job = await unit.job()
+                if save_wall:
+                    await unit.add_wall(now - self._wall_saved)
+            if save_wall:
+                self._wall_saved = now
             if job is not None and job.state in (JobState.PAUSED, JobState.CANCELLED):
                 self._final_state = job.state
                 self._stop_proposing.set()
