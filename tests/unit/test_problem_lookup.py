@@ -3,6 +3,7 @@ this process loaded, bundles stored in the database, and a worker's resolver."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -73,3 +74,27 @@ def test_a_worker_without_redis_resolves_built_ins_and_refuses_bundles(tmp_path:
     with pytest.raises(ConfigError, match="none is configured"):
         resolve(UNKNOWN_BUNDLE)
     resolve.close()
+
+
+def test_a_bundle_written_again_while_read_is_never_seen_half_written(tmp_path: Path) -> None:
+    # The jobs of one bundle start at once: each writes the same folder in its own thread while
+    # another loads it. A reader must find the whole evaluator every time, never an empty file.
+    evaluator = tmp_path / "evaluator.py"
+    write_bundle(FILES, tmp_path)
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        while not stop.is_set():
+            write_bundle(FILES, tmp_path)
+
+    writers = [threading.Thread(target=rewrite) for _ in range(2)]
+    for writer in writers:
+        writer.start()
+    try:
+        reads = {evaluator.read_bytes() for _ in range(3000)}
+    finally:
+        stop.set()
+        for writer in writers:
+            writer.join()
+    assert reads == {FILES["evaluator.py"]}
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(FILES)  # no partial left

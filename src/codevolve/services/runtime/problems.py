@@ -20,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib
+import os
 import tempfile
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -101,14 +103,20 @@ async def stored_problem(
 
 
 def write_bundle(files: Mapping[str, bytes], directory: Path) -> Path:
-    """Write the files under ``directory``; paths must stay inside it."""
+    """Write the files under ``directory``; paths must stay inside it.
+
+    Each file is written beside its place and renamed into it: the jobs of one bundle start at
+    once and write the same folder from several threads, and a reader must never find a file
+    truncated by another job's write (it read an empty ``evaluator.py`` and failed the job)."""
     for name, data in files.items():
         relative = PurePosixPath(name)
         if relative.is_absolute() or ".." in relative.parts or not relative.parts:
             raise ConfigError(f"bundle file {name!r} escapes the bundle folder")
         target = directory.joinpath(*relative.parts)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        partial = target.with_name(f".{target.name}.{uuid.uuid4().hex}.partial")
+        partial.write_bytes(data)
+        os.replace(partial, target)  # atomic: the old file or the new one, never half of one
     return directory
 
 
