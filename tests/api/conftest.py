@@ -71,7 +71,10 @@ async def api(migrated_postgres_url: str) -> AsyncIterator[Api]:  # noqa: F811
     app = create_app(settings, sessions=sessions)
     transport = httpx.ASGITransport(app=app)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with (
+            app.router.lifespan_context(app),  # the health probe's connections
+            httpx.AsyncClient(transport=transport, base_url="http://test") as client,
+        ):
             yield Api(client=client, sessions=sessions)
     finally:
         await engine.dispose()

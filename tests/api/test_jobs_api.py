@@ -5,12 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from codevolve.program_db import repository
-from codevolve.program_db.engine import create_engine, session_factory
-from codevolve.services.api.app import create_app
-from codevolve.services.settings import Settings
 from tests.api.conftest import Api, admin, seed_job
 
 
@@ -137,16 +132,3 @@ async def test_health_metrics_and_the_embedded_fleet(api: Api) -> None:
     assert 'codevolve_programs{status="evaluated"} 2' in metrics.text
     fleet = await api.client.get("/api/v1/workers", headers=headers)
     assert fleet.json() == {"mode": "embedded", "workers": []}
-
-
-async def test_health_is_503_when_the_database_does_not_answer() -> None:
-    engine = create_engine("postgresql://postgres@127.0.0.1:1/nothing")  # nothing listens there
-    app = create_app(Settings(admin_token=None), sessions=session_factory(engine))
-    transport = httpx.ASGITransport(app=app)
-    try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-            response = await client.get("/api/v1/health")
-    finally:
-        await engine.dispose()
-    assert response.status_code == 503
-    assert response.json()["detail"].startswith("database")

@@ -8,20 +8,27 @@ upgrade any database it is pointed at.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for SQLite's single write lock
@@ -48,21 +55,67 @@ def sqlite_url(path: str | Path) -> str:
     return f"sqlite+aiosqlite:///{Path(path).expanduser().resolve()}"
 
 
-def create_engine(url: str, *, echo: bool = False, read_only: bool = False) -> AsyncEngine:
+@dataclass(frozen=True, slots=True)
+class PoolSize:
+    """How many connections an engine keeps and how long a checkout waits for one.
+
+    Connections are opened on demand, up to ``size`` kept open plus ``overflow`` opened for a
+    burst and closed when returned. A checkout that finds all of them in use waits up to
+    ``timeout_s`` and then raises SQLAlchemy's ``TimeoutError``. (SQLAlchemy's default is 5 + 10,
+    30 s: a server that runs many jobs sizes its pools by role, see docs/deploy.md.)"""
+
+    size: int = 5
+    overflow: int = 10
+    timeout_s: float = 30.0  # seconds
+
+    def engine_options(self) -> dict[str, Any]:
+        return {
+            "pool_size": self.size,
+            "max_overflow": self.overflow,
+            "pool_timeout": self.timeout_s,
+        }
+
+
+def create_engine(
+    url: str, *, echo: bool = False, read_only: bool = False, pool: PoolSize | None = None
+) -> AsyncEngine:
     """The process's engine. SQLite connections get WAL (readers do not block the writer), foreign
     keys (off by default there) and a busy timeout (writers queue instead of failing at once).
 
     ``read_only`` SQLite connections leave the journal mode as the file has it and refuse writes
-    (``query_only``): a command that only reads changes no byte of the file."""
+    (``query_only``): a command that only reads changes no byte of the file. ``pool`` sizes the
+    connection pool (None: SQLAlchemy's default); an in-memory SQLite database has one connection
+    and ignores it."""
     url = database_url(url)
-    if make_url(url).get_backend_name() == "sqlite":
-        engine = _create_async_engine(url, echo=echo)
+    parsed = make_url(url)
+    options: dict[str, Any] = {} if pool is None else pool.engine_options()
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database in (None, "", ":memory:"):
+            options = {}
+        engine = _create_async_engine(url, echo=echo, **options)
         configure = _configure_sqlite_reader if read_only else _configure_sqlite
         event.listen(engine.sync_engine, "connect", configure)
         return engine
-    engine = _create_async_engine(url, echo=echo)
+    engine = _create_async_engine(url, echo=echo, **options)
     _ping_when_idle(engine)
     return engine
+
+
+async def when_free(checkout: Callable[[], Awaitable[T]], *, waiter: str) -> T:
+    """``await checkout()``, waiting on while the pool has no free connection.
+
+    A pool timeout is a wait that ran long (every connection in use, or the database slow to
+    open new ones), not a failure of the work that asked: each timeout is logged, naming
+    ``waiter``, and the checkout is tried again. Errors of the database itself still raise."""
+    waits = 0
+    while True:
+        try:
+            return await checkout()
+        except PoolTimeout as exc:
+            waits += 1
+            reason = str(exc).split(" (Background", 1)[0]
+            log.warning("%s waits for a database connection (%d): %s", waiter, waits, reason)
+            await asyncio.sleep(0)  # let whoever holds a connection run before trying again
 
 
 def _ping_when_idle(engine: AsyncEngine) -> None:

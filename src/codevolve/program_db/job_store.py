@@ -29,6 +29,7 @@ from codevolve.core.program import CellKey, Evaluation, IslandId, JobId, Program
 from codevolve.core.prompt import BestCase
 from codevolve.program_db import repository
 from codevolve.program_db.archive import AddOutcome
+from codevolve.program_db.engine import when_free
 from codevolve.program_db.mirror import ArchiveMirror
 from codevolve.program_db.usage import UsageRow
 
@@ -94,7 +95,7 @@ class JobStore:
         it: the next one connects afresh, so a database restart costs one failed batch."""
         async with self._proposal_lock:
             if self._held is None:
-                self._held = await engine.connect()
+                self._held = await when_free(engine.connect, waiter=f"job {self._job_id}")
             try:
                 yield self._held
             except BaseException:
@@ -122,12 +123,23 @@ class _Transaction:
     async def __aenter__(self) -> JobTransaction:
         await self._lock.acquire()
         try:
-            self._session = self._sessions()
-            await self._session.begin()
+            self._session = await when_free(self._open, waiter=f"job {self._job_id}")
         except BaseException:
             self._lock.release()
             raise
         return JobTransaction(self._session, self._job_id)
+
+    async def _open(self) -> AsyncSession:
+        """A session in a transaction that holds its connection (checked out here, where a
+        pool timeout is a wait: see :func:`~.engine.when_free`)."""
+        session = self._sessions()
+        try:
+            await session.begin()
+            await session.connection()
+        except BaseException:
+            await session.close()
+            raise
+        return session
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         assert self._session is not None

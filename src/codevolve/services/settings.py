@@ -37,6 +37,13 @@ class Settings(BaseSettings):
     trust_proxy_headers: bool = Field(
         False, description="honour X-Forwarded-Proto (a proxy that sets it terminates TLS)"
     )
+    max_running_jobs: int = Field(
+        20, ge=1, description="serve: jobs run at once; more wait queued (sizes the pool)"
+    )
+    api_pool_size: int = Field(10, ge=1, description="the API's database connections")
+    api_pool_timeout_s: float = Field(
+        5.0, gt=0, description="seconds a request waits for a connection before a 503"
+    )
 
     @model_validator(mode="after")
     def _database_alias(self) -> Settings:

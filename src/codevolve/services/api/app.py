@@ -2,24 +2,27 @@
 
 ``create_app(settings)`` builds the app; it owns no global state. Given ``sessions`` (a session
 factory the caller created, e.g. ``codevolve serve`` sharing its engine with the supervisor) it
-uses them; otherwise its lifespan creates the engine from ``settings.db``, migrates the database to
-head, and disposes of the engine at shutdown. ``fleet`` reads worker heartbeats (distributed mode);
-without it the fleet is the embedded one and lists no workers.
+uses them; otherwise its lifespan creates the engine from ``settings.db`` (its pool sized by
+``api_pool_size``), migrates the database to head, and disposes of the engine at shutdown. Either
+way the lifespan opens the health probe's own connections (health.py). ``fleet`` reads worker
+heartbeats (distributed mode); without it the fleet is the embedded one and lists no workers.
 
-Errors answer ``{"detail": ...}`` (errors.py); bodies are capped per route (limits.py).
+Errors answer ``{"detail": ...}`` (errors.py); bodies are capped per route (limits.py). A request
+that waits ``api_pool_timeout_s`` for a database connection is answered 503 with Retry-After.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from starlette.exceptions import HTTPException
 
 import codevolve
@@ -27,6 +30,7 @@ from codevolve.program_db.engine import create_engine, session_factory, upgrade
 from codevolve.program_db.errors import UnknownJobError, UnknownProgramError
 from codevolve.services.api.deps import AppState, FleetReader
 from codevolve.services.api.errors import ErrorBoundary, clean, http_error, validation_failed
+from codevolve.services.api.health import HealthProbe
 from codevolve.services.api.limits import (
     BUNDLE_PATH,
     MAX_BUNDLE_BODY_BYTES,
@@ -34,9 +38,11 @@ from codevolve.services.api.limits import (
     BodyLimit,
 )
 from codevolve.services.api.routes import dashboard, jobs, programs, system, tokens
+from codevolve.services.runtime.pools import api_pool
 from codevolve.services.settings import Settings, normalise_db_url
 
 STATIC = Path(__file__).parent / "static"
+RETRY_AFTER_S = 1  # seconds a client is asked to wait when every API connection is busy
 
 
 def create_app(
@@ -49,17 +55,18 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if state.sessions is not None:
+        async with AsyncExitStack() as stack:
+            if state.sessions is None:
+                engine = create_engine(normalise_db_url(settings.db), pool=api_pool(settings))
+                stack.push_async_callback(engine.dispose)
+                await upgrade(engine)
+                state.sessions = session_factory(engine)
+                stack.callback(setattr, state, "sessions", None)
+            probe = HealthProbe(_url_of(state.sessions), settings.redis_url)
+            stack.push_async_callback(probe.close)
+            state.health = probe
+            stack.callback(setattr, state, "health", None)
             yield
-            return
-        engine = create_engine(normalise_db_url(settings.db))
-        try:
-            await upgrade(engine)
-            state.sessions = session_factory(engine)
-            yield
-        finally:
-            state.sessions = None
-            await engine.dispose()
 
     app = FastAPI(
         title="codevolve",
@@ -75,6 +82,7 @@ def create_app(
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(UnknownJobError, _not_found)
     app.add_exception_handler(UnknownProgramError, _not_found)
+    app.add_exception_handler(PoolTimeout, _database_busy)
     limits = {BUNDLE_PATH: MAX_BUNDLE_BODY_BYTES}
     app.add_middleware(BodyLimit, default=MAX_JSON_BODY_BYTES, limits=limits)
     app.add_middleware(ErrorBoundary)  # added last: the outermost of the two
@@ -89,3 +97,20 @@ def app_from_env() -> FastAPI:
 
 async def _not_found(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": clean(str(exc))}, status_code=status.HTTP_404_NOT_FOUND)
+
+
+async def _database_busy(_request: Request, _exc: Exception) -> JSONResponse:
+    """Every API connection stayed in use for ``api_pool_timeout_s``: a burst, not a fault."""
+    return JSONResponse(
+        {"detail": "the database is busy: every API connection is in use; retry shortly"},
+        status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
+def _url_of(sessions: async_sessionmaker[AsyncSession]) -> str:
+    """The database URL the sessions use (the health probe connects to the same database)."""
+    bind = sessions.kw.get("bind")
+    if not isinstance(bind, AsyncEngine):
+        raise TypeError("the app's sessions must be bound to an engine")
+    return bind.url.render_as_string(hide_password=False)

@@ -14,6 +14,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from codevolve.services.api.health import HealthProbe
 from codevolve.services.api.logins import LoginStore
 from codevolve.services.settings import Settings
 
@@ -39,6 +40,7 @@ class AppState:
     settings: Settings
     sessions: async_sessionmaker[AsyncSession] | None = None  # set by the lifespan if not given
     fleet: FleetReader | None = None  # None: embedded mode, in-process workers only
+    health: HealthProbe | None = None  # set by the lifespan: /health's own connections
     logins: LoginStore = field(default_factory=LoginStore)  # the dashboard's sign-ins
     extra: dict[str, object] = field(default_factory=dict)
 

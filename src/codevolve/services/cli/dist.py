@@ -60,6 +60,13 @@ def register(sub: Any) -> None:
         help="without Redis: in-process workers per job",
     )
     serve.add_argument("--poll-s", type=float, default=1.0, help="seconds between job scans")
+    serve.add_argument(
+        "--max-running-jobs",
+        type=at_least(1),
+        default=None,
+        help="jobs run at once, more wait queued; sizes the database pool "
+        "(default: CODEVOLVE_MAX_RUNNING_JOBS, else 20)",
+    )
     proposal_processes_option(serve)
     _prefix_option(serve)
     serve.set_defaults(handler=_cmd_serve)
@@ -233,15 +240,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    """Migrate, then run the supervisor and (when installed) the API until SIGTERM or SIGINT."""
-    from codevolve.program_db.engine import session_factory
+    """Migrate, then run the supervisor and (when installed) the API until SIGTERM or SIGINT.
+    The controllers and the API have an engine each, their pools sized by role (runtime/pools)."""
+    from codevolve.program_db.engine import create_engine, session_factory
     from codevolve.services.database import open_database
     from codevolve.services.runtime.embedded import tune_gc
+    from codevolve.services.runtime.pools import api_pool, controller_pool
     from codevolve.services.runtime.supervisor import Supervisor, SupervisorOptions
 
     url = _redis_url(args, required=False)
+    settings = Settings(db=args.db, redis_url=url)
+    max_jobs = args.max_running_jobs or settings.max_running_jobs
     tune_gc()
-    async with open_database(args.db, write=True) as engine:  # migrated to head
+    async with open_database(args.db, write=True) as migrated:  # migrated to head
+        await migrated.dispose()  # its connection goes back: the roles have engines of their own
+        engine = create_engine(args.db, pool=controller_pool(max_jobs))
+        api_engine = create_engine(args.db, pool=api_pool(settings))
         redis = Redis.from_url(url, decode_responses=True) if url else None
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -258,9 +272,11 @@ async def serve(args: argparse.Namespace) -> None:
                     local_workers=args.local_workers,
                     key_prefix=args.key_prefix,
                     proposal_processes=args.proposal_processes,
+                    max_running_jobs=max_jobs,
                 ),
             )
-            server = None if args.no_api else _api_server(args, sessions, redis, keys)
+            api_sessions = session_factory(api_engine)
+            server = None if args.no_api else _api_server(args, api_sessions, redis, keys)
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(supervisor.run(stop))
                 if server is not None:
@@ -269,6 +285,8 @@ async def serve(args: argparse.Namespace) -> None:
         finally:
             if redis is not None:
                 await redis.aclose()
+            await api_engine.dispose()
+            await engine.dispose()
 
 
 def _api_server(

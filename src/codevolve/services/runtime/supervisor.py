@@ -4,7 +4,12 @@ It is what ``codevolve serve`` runs. Every ``poll_s`` it lists the jobs in state
 and starts a controller for each one it does not run yet: jobs created by ``codevolve submit`` or
 the API, jobs resumed, and after a crash of the whole process, the jobs that were running (a
 controller resumes from the database: pending programs are sent again). A controller that raises
-(the database went away mid-transaction, say) is logged and started again on a later poll.
+is logged and started again on a later poll: with one warning line naming the job when the
+database was unreachable (it resumes from the database), with the traceback for any other failure
+(counted in ``controller_restarts``). A controller that merely waits for a pool connection does
+not stop (``program_db.engine.when_free``). At most ``max_running_jobs`` controllers run at once
+(their pool is sized for that many, see ``runtime/pools.py``); further jobs wait, queued, for one
+to end.
 
 With a Redis URL, tasks go to the Redis Streams queue and remote workers evaluate them; the
 supervisor publishes bundle problems for them, and when Redis loses its data it has the controller
@@ -21,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from redis.asyncio import Redis
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from codevolve.core.errors import ConfigError
@@ -52,6 +58,7 @@ class SupervisorOptions:
     key_prefix: str = DEFAULT_PREFIX
     proposal_processes: int = 0  # per job: see Controller; 0 makes proposals in this process
     tuning: QueueTuning = field(default_factory=QueueTuning)
+    max_running_jobs: int = 20  # controllers at once; the pool is sized for them (pools.py)
 
 
 class Supervisor:
@@ -72,6 +79,9 @@ class Supervisor:
         self._bundles = Path(tempfile.mkdtemp(prefix="codevolve-bundles-"))
         self._pool: SandboxPool | None = None
         self.controllers_started = 0
+        self.controller_restarts = 0  # controllers that failed (not for the database) and restart
+        self.database_outages = 0  # controllers stopped because the database could not be reached
+        self._waiting_shown = 0  # jobs waiting for a controller, as last logged
 
     @property
     def running(self) -> frozenset[str]:
@@ -89,10 +99,9 @@ class Supervisor:
             async with asyncio.TaskGroup() as tg:
                 jobs: dict[str, asyncio.Task[None]] = {}
                 while not stop.is_set():
-                    for job in await self._active_jobs():
-                        if job.id not in self._running:
-                            self._running.add(job.id)
-                            jobs[job.id] = tg.create_task(self._manage(job))
+                    for job in self._to_start(await self._active_jobs()):
+                        self._running.add(job.id)
+                        jobs[job.id] = tg.create_task(self._manage(job))
                     try:
                         async with asyncio.timeout(self._options.poll_s):
                             await stop.wait()
@@ -104,11 +113,26 @@ class Supervisor:
             if pool is not None:
                 pool.close()
 
+    def _to_start(self, active: list[Job]) -> list[Job]:
+        """The active jobs without a controller that fit under ``max_running_jobs``, oldest
+        first; the number left waiting is logged when it changes."""
+        waiting = [job for job in active if job.id not in self._running]
+        room = max(0, self._options.max_running_jobs - len(self._running))
+        left = len(waiting) - room if len(waiting) > room else 0
+        if left != self._waiting_shown:
+            self._waiting_shown = left
+            log.info(
+                "%d job(s) wait for a controller: %d run at most (CODEVOLVE_MAX_RUNNING_JOBS)",
+                left,
+                self._options.max_running_jobs,
+            )
+        return waiting[:room]
+
     async def _active_jobs(self) -> list[Job]:
         try:
             async with self._sessions() as session:
                 jobs = await repository.list_jobs(session)
-        except (OSError, DBAPIError) as exc:  # a restart; the pool connects afresh next time
+        except (OSError, DBAPIError, PoolTimeout) as exc:  # the pool connects afresh next time
             log.warning("database unreachable (%s); jobs are looked for again", exc)
             return []
         return sorted((job for job in jobs if job.state in ACTIVE), key=lambda j: j.created_at)
@@ -123,8 +147,18 @@ class Supervisor:
         except ConfigError as exc:  # a job that can never run: say why and stop trying
             log.error("job %s cannot run: %s", job.id, exc)
             await self._fail(job, str(exc))
-        except Exception:  # the controller's boundary (see the docstring)
-            log.exception("job %s: controller stopped; it is started again", job.id)
+        except Exception as exc:  # the controller's boundary (see the docstring)
+            if _database_unreachable(exc):
+                self.database_outages += 1
+                log.warning(
+                    "job %s: the database is unavailable (%s); the job resumes in %.0f s",
+                    job.id,
+                    _first_line(exc),
+                    self._options.retry_s,
+                )
+            else:
+                self.controller_restarts += 1
+                log.exception("job %s: controller stopped; it is started again", job.id)
             await asyncio.sleep(self._options.retry_s)
         finally:
             self._running.discard(job.id)
@@ -223,3 +257,27 @@ class Supervisor:
             log.warning(
                 "job %s: %d pending program(s) sent again after redis lost data", job.id, resent
             )
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions a (nested) exception group holds, or ``exc`` itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _database_unreachable(exc: BaseException) -> bool:
+    """Every error that stopped the controller says the database is unavailable: a refused or
+    dropped connection, the server failing, or no pool connection in time; the resume from the
+    database is the recovery. Not a statement the code got wrong."""
+    return all(
+        isinstance(leaf, OSError | PoolTimeout | OperationalError | InterfaceError)
+        or (isinstance(leaf, DBAPIError) and leaf.connection_invalidated)
+        for leaf in _leaves(exc)
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    leaf = _leaves(exc)[0]
+    lines = str(leaf).strip().splitlines()
+    return f"{type(leaf).__name__}: {lines[0] if lines else ''}"

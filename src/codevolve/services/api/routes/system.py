@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Request, status
+from fastapi import APIRouter, HTTPException, Request, Response, status
 from fastapi.responses import PlainTextResponse
-from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
 
 import codevolve
 from codevolve.problems.registry import problem_names
@@ -13,23 +11,34 @@ from codevolve.program_db import repository
 from codevolve.services.api.auth import MetricsReaderDep, PrincipalDep
 from codevolve.services.api.deps import SessionDep, WorkerStatus, state_of
 from codevolve.services.api.fleet import FleetUnreachable
-from codevolve.services.api.schemas import Fleet, Health, WorkerPublic
+from codevolve.services.api.health import Health
+from codevolve.services.api.schemas import Fleet, WorkerPublic
 
 router = APIRouter(tags=["system"])
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
-@router.get("/api/v1/health", responses={503: {"description": "the database does not answer"}})
-async def health(session: SessionDep) -> Health:
-    """Up, and the database answers."""
-    try:
-        await session.execute(text("SELECT 1"))
-    except (DBAPIError, OSError) as error:
-        raise HTTPException(
-            status.HTTP_503_SERVICE_UNAVAILABLE, detail=f"database: {type(error).__name__}"
-        ) from error
+@router.get(
+    "/api/v1/health",
+    responses={503: {"model": Health, "description": "the database does not answer"}},
+)
+async def health(request: Request, response: Response) -> Health:
+    """Up, and each dependency's state: ``status`` ok or degraded; HTTP 200 while the database
+    answers, 503 when it does not (health.py). Never waits behind the API's pool."""
+    probe = state_of(request).health
+    if probe is None:
+        raise RuntimeError("the app has no health probe: run its lifespan")
+    checks = await probe.check()
+    degraded = any(check.status == "down" for check in checks.values())
+    if checks["database"].status != "ok":
+        response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     return Health(
-        status="ok", database="ok", version=codevolve.__version__, problems=problem_names()
+        status="degraded" if degraded else "ok",
+        database=checks["database"].status,
+        redis=checks["redis"].status,
+        dependencies=checks,
+        version=codevolve.__version__,
+        problems=problem_names(),
     )
 
 
