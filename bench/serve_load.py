@@ -1,0 +1,335 @@
+"""The server under load: 20 running jobs in one ``codevolve serve`` and 200 API requests at once.
+
+Starts a real ``codevolve serve`` on a fresh Postgres database with Redis, and local ``codevolve
+worker`` processes (docs/deploy.md, "On several machines", all on this host); submits ``--jobs``
+jobs through the API with a budget they do not spend during the bench (they stay running); waits
+until every one has a controller; then fires ``--requests`` concurrent API requests (a mix of
+the job list, a job's detail, its programs, health and workers) with httpx, ``--rounds`` times.
+
+The jobs run an uploaded bundle whose evaluator takes ``--evaluator-s`` (0.5 s: jobs whose
+proposals wait on evaluations, as LLM-driven jobs do), or with ``--evaluator-s 0`` the built-in
+gemm-tiling, whose evaluations take milliseconds: then the controllers make proposals as fast as
+the CPU allows and share the process (and its event loop) with the API.
+
+Prints API latency p50/p90/p99 (ms), errors (non-2xx and transport failures), controller
+restarts (the supervisor's log line for a controller that stopped), pool timeouts (SQLAlchemy's
+``QueuePool limit ... reached`` in the log) and the most connections the server held on the
+database at once. Target: p99 < 200 ms, no restarts, no pool timeouts.
+
+    python bench/serve_load.py [--jobs 20] [--requests 200] [--rounds 3] [--workers 2]
+                               [--evaluator-s 0.5]
+
+Needs Postgres (``CODEVOLVE_TEST_POSTGRES``, default postgresql://postgres@127.0.0.1:5432/test)
+and Redis (``CODEVOLVE_TEST_REDIS``, default redis://127.0.0.1:6379/0). The database it creates is
+dropped at the end, and the Redis keys under its prefix deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+import httpx
+import numpy as np
+import redis as redis_sync
+from sqlalchemy.engine import make_url
+
+POSTGRES = os.environ.get("CODEVOLVE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS = os.environ.get("CODEVOLVE_TEST_REDIS", "redis://127.0.0.1:6379/0")
+ADMIN_TOKEN = "bench-admin-token"  # a throwaway server's token
+START_TIMEOUT_S = 60.0  # seconds for serve to answer /health
+RUNNING_TIMEOUT_S = 120.0  # seconds for every job to be running
+RESTART_LINE = "controller stopped"  # the supervisor's log line for a controller that raised
+POOL_TIMEOUT_LINE = "QueuePool limit"  # SQLAlchemy's pool timeout message
+SEQUENTIAL = 50  # requests sent one after the other: the cost of one request, without queueing
+CONNECTIONS_SQL = "SELECT count(*) FROM pg_stat_activity WHERE datname = $1"
+INITIAL = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return x + 1\n# EVOLVE-BLOCK-END\n"
+EVALUATOR = (
+    "import time\n\n\ndef evaluate(program_path):\n"
+    "    time.sleep({seconds})\n    return {{'combined_score': 1.0}}\n"
+)
+
+
+def _bundle(seconds: float) -> dict[str, str]:
+    """An OpenEvolve-layout bundle whose evaluator takes ``seconds``, base64 per file."""
+    files = {
+        "initial_program.py": INITIAL,
+        "evaluator.py": EVALUATOR.format(seconds=seconds),
+        "config.yaml": "max_iterations: 1000000\n",
+    }
+    return {path: base64.b64encode(data.encode()).decode() for path, data in files.items()}
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "codevolve.services.cli", *args]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _with_database(url: str, database: str) -> str:
+    return make_url(url).set(database=database).render_as_string(hide_password=False)
+
+
+@dataclass
+class Server:
+    """The serve and worker processes, their logs, and the database they use."""
+
+    database: str
+    prefix: str
+    logs: Path
+    port: int = field(default_factory=_free_port)
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CODEVOLVE_")}
+        return env | {"CODEVOLVE_ADMIN_TOKEN": ADMIN_TOKEN}
+
+    def spawn(self, name: str, command: list[str]) -> None:
+        with (self.logs / f"{name}.log").open("wb") as log:
+            process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=self.env()
+            )
+        self.processes.append(process)
+
+    def start(self, workers: int, concurrency: int) -> None:
+        db = _with_database(POSTGRES, self.database)
+        self.spawn(
+            "serve",
+            [
+                *_cli("--log-level", "INFO", "serve", "--db", db, "--redis", REDIS),
+                *("--port", str(self.port), "--key-prefix", self.prefix),
+            ],
+        )
+        for index in range(workers):
+            self.spawn(
+                f"worker-{index}",
+                [
+                    *_cli("worker", "--redis", REDIS, "--key-prefix", self.prefix),
+                    *("--concurrency", str(concurrency)),
+                ],
+            )
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def serve_log(self) -> str:
+        return (self.logs / "serve.log").read_text(errors="replace")
+
+
+async def _admin(sql: str) -> None:
+    connection = await asyncpg.connect(POSTGRES)
+    try:
+        await connection.execute(sql)
+    finally:
+        await connection.close()
+
+
+async def _wait_healthy(client: httpx.AsyncClient, server: Server) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if any(process.poll() is not None for process in server.processes):
+            raise SystemExit(f"a process exited early; see {server.logs}")
+        try:
+            if (await client.get("/api/v1/health")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(0.3)
+    raise SystemExit(f"serve did not answer /health in {START_TIMEOUT_S} s; see {server.logs}")
+
+
+async def _submit(client: httpx.AsyncClient, args: argparse.Namespace) -> list[str]:
+    created = await client.post(
+        "/api/v1/tokens",
+        json={"owner": "bench", "can_upload": True},
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+    )
+    created.raise_for_status()
+    client.headers["Authorization"] = f"Bearer {created.json()['token']}"
+    ids = []
+    for seed in range(args.jobs):
+        config = {"proposals": 10_000_000, "seed": seed, "in_flight": args.in_flight}
+        if args.evaluator_s > 0:
+            body = {"files": _bundle(args.evaluator_s), "config": config}
+            response = await client.post("/api/v1/jobs/bundle", json=body)
+        else:
+            body = {"problem": "gemm-tiling", "config": config}
+            response = await client.post("/api/v1/jobs", json=body)
+        response.raise_for_status()
+        ids.append(response.json()["id"])
+    return ids
+
+
+async def _wait_running(client: httpx.AsyncClient, ids: list[str]) -> None:
+    deadline = time.monotonic() + RUNNING_TIMEOUT_S
+    while time.monotonic() < deadline:
+        listed = (await client.get("/api/v1/jobs")).json()["jobs"]
+        states = {job["id"]: job["state"] for job in listed}
+        if all(states.get(job_id) == "running" for job_id in ids):
+            return
+        await asyncio.sleep(0.5)
+    raise SystemExit(f"the jobs were not all running after {RUNNING_TIMEOUT_S} s")
+
+
+def _paths(ids: list[str], count: int) -> list[str]:
+    """``count`` request paths, a round-robin mix of the five kinds."""
+    paths = []
+    for index in range(count):
+        job = ids[index % len(ids)]
+        kind = index % 5
+        paths.append(
+            [
+                "/api/v1/jobs",
+                f"/api/v1/jobs/{job}",
+                f"/api/v1/jobs/{job}/programs",
+                "/api/v1/health",
+                "/api/v1/workers",
+            ][kind]
+        )
+    return paths
+
+
+async def _timed(client: httpx.AsyncClient, path: str) -> tuple[str, float, int]:
+    started = time.perf_counter()
+    try:
+        status = (await client.get(path)).status_code
+    except httpx.TransportError:
+        status = 0
+    return path, (time.perf_counter() - started) * 1000, status
+
+
+async def _burst(client: httpx.AsyncClient, paths: list[str]) -> list[tuple[str, float, int]]:
+    async with asyncio.TaskGroup() as tg:
+        tasks = [tg.create_task(_timed(client, path)) for path in paths]
+    return [task.result() for task in tasks]
+
+
+async def _peak_connections(database: str, stop: asyncio.Event, peak: list[int]) -> None:
+    connection = await asyncpg.connect(POSTGRES)
+    try:
+        while not stop.is_set():
+            count = await connection.fetchval(CONNECTIONS_SQL, database)
+            peak[0] = max(peak[0], int(count) - 1)  # less this sampler's own connection
+            await asyncio.sleep(0.1)
+    finally:
+        await connection.close()
+
+
+def _kind(path: str) -> str:
+    if path.endswith("/programs"):
+        return "programs"
+    if path.startswith("/api/v1/jobs/"):
+        return "job"
+    return path.rsplit("/", 1)[-1]
+
+
+def _report(
+    results: list[tuple[str, float, int]], server: Server, peak: int, hold_s: float
+) -> None:
+    latencies = np.array([ms for _path, ms, _status in results])
+    errors = sum(1 for _path, _ms, status in results if not 200 <= status < 300)
+    log = server.serve_log()
+    p50, p90, p99 = np.percentile(latencies, [50, 90, 99])
+    print(f"requests {len(results)}: p50 {p50:.1f} ms, p90 {p90:.1f} ms, p99 {p99:.1f} ms")
+    for kind in ("jobs", "job", "programs", "health", "workers"):
+        mine = np.array([ms for path, ms, _s in results if _kind(path) == kind])
+        if len(mine):
+            p50_kind, p99_kind = np.percentile(mine, [50, 99])
+            print(f"  {kind:9s} p50 {p50_kind:7.1f} ms  p99 {p99_kind:7.1f} ms")
+    print(f"errors: {errors}")
+    print(f"controller restarts: {log.count(RESTART_LINE)} (over {hold_s:.0f} s of running jobs)")
+    print(f"pool timeouts: {log.count(POOL_TIMEOUT_LINE)}")
+    print(f"database connections held by the server, at most: {peak}")
+
+
+async def bench(args: argparse.Namespace, server: Server) -> None:
+    async with httpx.AsyncClient(
+        base_url=server.base,
+        timeout=60.0,
+        limits=httpx.Limits(max_connections=args.requests, max_keepalive_connections=args.requests),
+    ) as client:
+        await _wait_healthy(client, server)
+        ids = await _submit(client, args)
+        started = time.monotonic()
+        stop, peak = asyncio.Event(), [0]
+        async with asyncio.TaskGroup() as tg:
+            sampler = tg.create_task(_peak_connections(server.database, stop, peak))
+            await _wait_running(client, ids)
+            print(f"{args.jobs} jobs running after {time.monotonic() - started:.1f} s")
+            results: list[tuple[str, float, int]] = []
+            await _burst(client, _paths(ids, args.requests))  # warm-up: connections, caches
+            alone = [await _timed(client, path) for path in _paths(ids, SEQUENTIAL)]
+            for _ in range(args.rounds):
+                results += await _burst(client, _paths(ids, args.requests))
+                await asyncio.sleep(args.pause_s)
+            await asyncio.sleep(args.hold_s)  # the jobs keep running: restarts would show
+            stop.set()
+            await sampler
+        _report(results, server, peak[0], time.monotonic() - started)
+        one_by_one = np.percentile([ms for _path, ms, _status in alone], [50, 99])
+        print(f"one request at a time ({SEQUENTIAL}): p50 {one_by_one[0]:.1f} ms, ", end="")
+        print(f"p99 {one_by_one[1]:.1f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--requests", type=int, default=200, help="concurrent requests per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pause-s", type=float, default=1.0, help="seconds between rounds")
+    parser.add_argument("--hold-s", type=float, default=40.0, help="seconds of running at the end")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument("--concurrency", type=int, default=2, help="evaluations per worker")
+    parser.add_argument("--in-flight", type=int, default=2, help="proposals in flight per job")
+    parser.add_argument(
+        "--evaluator-s", type=float, default=0.5, help="seconds per evaluation (0: gemm-tiling)"
+    )
+    args = parser.parse_args()
+    database = f"cv_bench_{uuid.uuid4().hex[:10]}"
+    prefix = f"cvbench{uuid.uuid4().hex[:8]}"
+    asyncio.run(_admin(f'CREATE DATABASE "{database}"'))
+    server = Server(database, prefix, Path(tempfile.mkdtemp(prefix="codevolve-serve-load-")))
+    print(f"logs in {server.logs}")
+    try:
+        server.start(args.workers, args.concurrency)
+        asyncio.run(bench(args, server))
+    finally:
+        server.stop()
+        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+        client = redis_sync.Redis.from_url(REDIS)
+        for key in client.scan_iter(match=f"{prefix}*"):
+            client.delete(key)
+        client.close()
+
+
+if __name__ == "__main__":
+    main()
