@@ -265,7 +265,10 @@ def _report(
         if len(mine):
             p50_kind, p99_kind = np.percentile(mine, [50, 99])
             print(f"  {kind:9s} p50 {p50_kind:7.1f} ms  p99 {p99_kind:7.1f} ms")
-    print(f"errors: {errors}")
+    failed = sorted(
+        {(status, _kind(path)) for path, _ms, status in results if not 200 <= status < 300}
+    )
+    print(f"errors: {errors}" + (f" (status, route: {failed}; 0: no answer)" if failed else ""))
     print(f"controller restarts: {log.count(RESTART_LINE)} (over {hold_s:.0f} s of running jobs)")
     print(f"pool timeouts: {log.count(POOL_TIMEOUT_LINE)}")
     print(f"database connections held by the server, at most: {peak}")
