@@ -364,13 +364,6 @@ class TokenList(BaseModel):
     tokens: list[TokenPublic]
 
 
-class Health(BaseModel):
-    status: Literal["ok"]
-    database: Literal["ok"]
-    version: str
-    problems: list[str]
-
-
 class ErrorDetail(BaseModel):
     loc: list[str | int]
     msg: str
