@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+import pytest
+
 from codevolve.core.problem import FeatureSpec
 from codevolve.core.program import CaseResult, ProgramStatus
 from codevolve.services.controller.parents import ParentCache
-from codevolve.services.controller.results import ResultApplier
+from codevolve.services.controller.results import ResultApplier, ResultReads
 from tests.integration.conftest import evaluation_of, new_program
 from tests.unit.controller.conftest import Stored
 
@@ -69,3 +74,37 @@ async def test_a_failed_result_changes_no_cell_and_best_cases_keep_the_lowest_co
         assert await unit.best_cases() == applier.best_cases
     assert parents.mirror is not None
     assert [e.program_id for e in parents.mirror.elites(0)] == [second.id]  # not the failed one
+
+
+class _AnswerOnCancel:
+    """A queue whose read, when cancelled, ends with an answer instead of the cancellation (as a
+    network client may): asyncio then drops the reader's cancel request."""
+
+    async def next_results(self, timeout_s: float, limit: int) -> list[Any]:
+        try:
+            await asyncio.sleep(10 * timeout_s + 10)
+        except asyncio.CancelledError:
+            return []
+        return []
+
+
+async def test_a_cancelled_reader_stops_even_when_the_read_answers_the_cancel() -> None:
+    reads = ResultReads(_AnswerOnCancel())  # type: ignore[arg-type]
+    laps = 0
+
+    async def consume() -> None:  # the shape of the controller's result loop
+        nonlocal laps
+        while True:
+            await reads.next()
+            laps += 1
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=2)
+    if not done:  # the old reader: the cancel was lost and the loop reads on
+        reads.stop()
+        task.cancel()
+    assert done and task.cancelled(), f"the reader went on for {laps} more read(s)"
+    with pytest.raises(asyncio.CancelledError):
+        await task

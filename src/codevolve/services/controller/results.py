@@ -40,15 +40,21 @@ class ResultReads:
     async def next(self) -> list[Evaluation]:
         """The next batch of results, or [] when :meth:`stop` ended the read."""
         self._read = asyncio.ensure_future(self._queue.next_results(RESULT_POLL_S, RESULT_BATCH))
+        current = asyncio.current_task()
         try:
-            return await self._read
+            evaluations = await self._read
         except asyncio.CancelledError:
-            current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise  # the reader itself is cancelled
             return []  # stopped
         finally:
             self._read = None
+        if current is not None and current.cancelling():
+            # The reader was cancelled while the read was finishing, and the read returned
+            # anyway (a queue client may end a cancelled call with an answer): asyncio then
+            # loses the request, so it is honoured here, or the run would never stop.
+            raise asyncio.CancelledError
+        return evaluations
 
     def stop(self) -> None:
         """End the read that waits, if any. A result it had read anyway is for no program in
