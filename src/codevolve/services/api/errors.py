@@ -81,6 +81,19 @@ async def http_error(_request: Request, exc: Exception) -> Response:
     return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=headers)
 
 
+class WatchedSend:
+    """An ASGI ``send`` that notes when a response has started: after that, an error can only
+    close the connection, never answer it."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        self.started = self.started or message["type"] == "http.response.start"
+        await self._send(message)
+
+
 class ErrorBoundary:
     """ASGI middleware: an unexpected exception becomes one logged 500, the connection stays."""
 
@@ -91,20 +104,14 @@ class ErrorBoundary:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def watched_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
+        watched = WatchedSend(send)
         try:
-            await self.app(scope, receive, watched_send)
+            await self.app(scope, receive, watched)
         except Exception as exc:  # the API's boundary: log with ids, answer a plain 500
             request_id = uuid.uuid4().hex[:16]
             method, path = scope.get("method", ""), scope.get("path", "")
             log.error("request %s: %s %s failed", request_id, method, path, exc_info=exc)
-            if started:  # half an answer went out: only closing the connection ends it
+            if watched.started:  # half an answer went out: only closing the connection ends it
                 raise
             response = JSONResponse(
                 {"detail": f"internal server error (request {request_id})"},

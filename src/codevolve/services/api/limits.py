@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from codevolve.problems.openevolve.bundle import MAX_BUNDLE_BYTES
+from codevolve.services.api.errors import WatchedSend
 
 MAX_JSON_BODY_BYTES = 1 << 20  # 1 MiB: a job request is a few hundred bytes
 # Base64 grows data by 4/3; JSON quoting and keys add a little. A body above this cannot decode
@@ -67,17 +68,11 @@ class BodyLimit:
                     raise BodyTooLarge(limit)
             return message
 
-        started = False
-
-        async def watched_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
+        watched = WatchedSend(send)
         try:
-            await self.app(scope, counted_receive, watched_send)
+            await self.app(scope, counted_receive, watched)
         except BodyTooLarge as refused:  # read outside a route's handler
-            if started:
+            if watched.started:
                 raise
             await _refuse(refused, scope, receive, send)
 
