@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +45,7 @@ from codevolve.evaluator_workers.gpu.gemm_bench import (
     WARMUP_LAUNCHES,
     Shape,
     Timing,
+    alternating_timing,
 )
 from codevolve.evaluator_workers.gpu.kernel_loader import Launch
 
@@ -236,18 +236,7 @@ class KernelBench:
         if wrong:
             detail = f"{wrong} checked elements of timed outputs wrong or unwritten"
             return Timing(status="incorrect", detail=detail)
-        ours = sorted(events[4 * r].elapsed_time(events[4 * r + 1]) * 1e3 for r in range(samples))
-        ref_us = sorted(
-            events[4 * r + 2].elapsed_time(events[4 * r + 3]) * 1e3 for r in range(samples)
-        )
-        return Timing(
-            status="ok",
-            t_us=_quantile(ours, 0.5),
-            p20_us=_quantile(ours, 0.2),
-            p80_us=_quantile(ours, 0.8),
-            cublas_us=_quantile(ref_us, 0.5),
-            samples=samples,
-        )
+        return alternating_timing(events, samples)
 
     def _warm_up(self) -> None:
         end = time.perf_counter() + SHAPE_WARMUP_S
@@ -266,10 +255,3 @@ def _bad_count(y: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     # Two bf16 roundings apart at most: twice the tolerance the fp32 reference gets.
     ok = (y.float() - ref32).abs() <= 2 * (RTOL * ref32.abs() + atol)
     return (~ok).sum()
-
-
-def _quantile(sorted_values: Sequence[float], q: float) -> float:
-    position = q * (len(sorted_values) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(sorted_values) - 1)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
