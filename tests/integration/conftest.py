@@ -16,7 +16,8 @@ import functools
 import os
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -52,6 +53,19 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
         return loop.run_until_complete(coroutine)
     finally:
         loop.close()
+
+
+@asynccontextmanager
+async def running(task: Callable[[asyncio.Event], Awaitable[None]]) -> AsyncIterator[None]:
+    """Run ``task(stop)`` in the background for the block; then set ``stop`` and await it."""
+    stop = asyncio.Event()
+    background = asyncio.create_task(task(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        async with asyncio.timeout(30):
+            await background
 
 
 # -------------------------------------------------------------------------------------- Postgres

@@ -8,8 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
@@ -27,6 +26,7 @@ from codevolve.services.runtime import pools
 from codevolve.services.runtime.supervisor import Supervisor, SupervisorOptions
 from codevolve.services.runtime.workers import WorkerOptions, serve_worker
 from codevolve.services.settings import Settings
+from tests.integration.conftest import running
 
 JOBS = 16
 REQUESTS = 80
@@ -39,18 +39,6 @@ async def _submit(sessions: Sessions, seed: int) -> str:
     config = RunConfig(problem="gemm-tiling", max_proposals=1_000_000, max_in_flight=2, seed=seed)
     async with sessions.begin() as session:
         return (await repository.create_job(session, config)).id
-
-
-@asynccontextmanager
-async def _running(task: Callable[[asyncio.Event], Awaitable[None]]) -> AsyncIterator[None]:
-    stop = asyncio.Event()
-    running = asyncio.create_task(task(stop))
-    try:
-        yield
-    finally:
-        stop.set()
-        async with asyncio.timeout(30):
-            await running
 
 
 async def _states(sessions: Sessions, ids: list[str]) -> dict[str, JobState]:
@@ -101,8 +89,8 @@ async def test_many_running_jobs_and_a_burst_of_requests_exhaust_no_pool(
         async with (
             app.router.lifespan_context(app),
             httpx.AsyncClient(transport=transport, base_url="http://test") as client,
-            _running(supervisor.run),
-            _running(worker),
+            running(supervisor.run),
+            running(worker),
         ):
             client.headers["Authorization"] = f"Bearer {ADMIN}"  # sees every job
 
@@ -140,7 +128,7 @@ async def test_the_supervisor_runs_at_most_max_running_jobs_and_the_rest_wait_qu
     supervisor = Supervisor(sessions, redis=redis, options=options)
     try:
         ids = [await _submit(sessions, seed) for seed in range(3)]
-        async with _running(supervisor.run):  # no worker: the jobs stay running
+        async with running(supervisor.run):  # no worker: the jobs stay running
 
             async def two_running() -> bool:
                 return len(supervisor.running) == 2

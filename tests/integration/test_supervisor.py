@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 
 import asyncpg
 import pytest
@@ -23,6 +22,7 @@ from codevolve.program_db import repository
 from codevolve.program_db.engine import create_engine, session_factory
 from codevolve.services.runtime.supervisor import Supervisor, SupervisorOptions
 from codevolve.services.runtime.workers import WorkerOptions, serve_worker
+from tests.integration.conftest import running
 from tests.integration.redis_support import PrivateRedis, delete_prefix
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -74,18 +74,6 @@ async def _ends_done(sessions: Sessions, job_id: str) -> None:
     assert sum(proposals.values()) == job.proposals == 16
 
 
-@asynccontextmanager
-async def _running(task: Callable[[asyncio.Event], Awaitable[None]]) -> AsyncIterator[None]:
-    stop = asyncio.Event()
-    running = asyncio.create_task(task(stop))
-    try:
-        yield
-    finally:
-        stop.set()
-        async with asyncio.timeout(30):
-            await running
-
-
 def _worker(url: str, keys: RedisKeys) -> Callable[[asyncio.Event], Awaitable[None]]:
     options = WorkerOptions(key_prefix=keys.prefix, tuning=QueueTuning(lease_s=5), heartbeat_s=1)
 
@@ -115,7 +103,7 @@ async def test_jobs_submitted_before_and_during_the_run_finish_with_local_worker
     try:
         first = await _submit(sessions)
         supervisor = Supervisor(sessions, options=SupervisorOptions(poll_s=0.2, local_workers=2))
-        async with _running(supervisor.run):
+        async with running(supervisor.run):
             await _ends_done(sessions, first)
             second = await _submit(sessions)  # e.g. by `codevolve submit` beside the server
             await _ends_done(sessions, second)
@@ -133,12 +121,12 @@ async def test_a_redis_flush_mid_job_resends_pending_programs_and_the_job_finish
     supervisor = Supervisor(pg_sessions, redis=redis, options=options)
     try:
         job = await _submit(pg_sessions)
-        async with _running(supervisor.run):
+        async with running(supervisor.run):
             # No worker yet: the job is running and its tasks wait in Redis when it is flushed
             # (a job this small would otherwise finish before a flush could meet a task).
             await _wait_for(pg_sessions, job, lambda c, s: s is JobState.RUNNING and c["pending"])
             delete_prefix(redis_url, keys.prefix)  # FLUSHDB, confined to this test's keys
-            async with _running(_worker(redis_url, keys)):
+            async with running(_worker(redis_url, keys)):
                 await _ends_done(pg_sessions, job)
     finally:
         await redis.aclose()
@@ -157,7 +145,7 @@ async def test_the_job_goes_on_after_redis_restarts_empty(
     supervisor = Supervisor(pg_sessions, redis=redis, options=options)
     try:
         job = await _submit(pg_sessions)
-        async with _running(supervisor.run), _running(_worker(private_redis.url, keys)):
+        async with running(supervisor.run), running(_worker(private_redis.url, keys)):
             await _wait_for(pg_sessions, job, lambda c, _s: c["finished"] >= 3)
             private_redis.stop()
             await asyncio.sleep(1.0)
@@ -178,7 +166,7 @@ async def test_the_job_goes_on_after_postgres_drops_every_connection(
     admin = make_url(migrated_postgres_url).set(drivername="postgresql", database="postgres")
     try:
         job = await _submit(pg_sessions)
-        async with _running(supervisor.run), _running(_worker(redis_url, keys)):
+        async with running(supervisor.run), running(_worker(redis_url, keys)):
             await _wait_for(pg_sessions, job, lambda c, _s: c["finished"] >= 3)
             connection = await asyncpg.connect(admin.render_as_string(hide_password=False))
             try:
