@@ -37,7 +37,7 @@ from codevolve.services.api.limits import (
     MAX_JSON_BODY_BYTES,
     BodyLimit,
 )
-from codevolve.services.api.routes import dashboard, jobs, programs, system, tokens
+from codevolve.services.api.routes import dashboard, jobs, kernelbench, programs, system, tokens
 from codevolve.services.runtime.pools import api_pool
 from codevolve.services.settings import Settings, normalise_db_url
 
@@ -77,6 +77,7 @@ def create_app(
     app.state.codevolve = state
     for router in (jobs.router, programs.router, tokens.router, system.router, dashboard.router):
         app.include_router(router)
+    app.include_router(kernelbench.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_exception_handler(RequestValidationError, validation_failed)
     app.add_exception_handler(HTTPException, http_error)

@@ -1,5 +1,6 @@
 """Read models shared by the API routes and the dashboard: a job with its counts, the chart and
-heatmap data, a program with its diff and lineage. Each takes the request's session."""
+heatmap data, a program with its diff and lineage, the KernelBench table. Each takes the request's
+session."""
 
 from __future__ import annotations
 
@@ -13,18 +14,24 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from codevolve.core.errors import CodevolveError
 from codevolve.core.job import Job
 from codevolve.core.program import Program, ProgramStatus
+from codevolve.problems.kernelbench.format import KernelProblemError
 from codevolve.program_db import repository
+from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
 from codevolve.services.api.schemas import (
     Ancestor,
     BestConfirmed,
     JobDetail,
     JobPublic,
+    KernelRowPublic,
+    KernelSummary,
+    KernelTable,
     ProgramDetail,
     Programs,
     ProgramSummary,
     Usage,
     finite,
 )
+from codevolve.services.read_models.kernelbench import KernelRow, kernel_row, summary
 from codevolve.services.read_models.usage import job_usage, program_proposal
 from codevolve.services.read_models.views import job_best
 from codevolve.services.runtime.problems import cached_problem
@@ -175,3 +182,25 @@ async def visible_program(session: AsyncSession, program_id: str, *, owner: str 
 async def _owns(session: AsyncSession, program: Program, owner: str) -> bool:
     job = await repository.get_job(session, program.job_id)
     return job is not None and job.owner == owner
+
+
+async def kernel_table(session: AsyncSession, *, owner: str | None) -> KernelTable:
+    """The KernelBench table over the jobs ``owner`` (None: anyone) may see, newest first, and
+    its fast_p figures. Only ``bundle:`` jobs can be KernelBench problems, so no other job's
+    problem is looked up; a stored bundle whose ``kernelbench.json`` cannot be read (an upload
+    can carry one) leaves its jobs out rather than failing the whole table."""
+    jobs = await repository.list_jobs(session, owner=owner)
+    rows: list[KernelRow] = []
+    for job in jobs:
+        if not job.config.problem.startswith(BUNDLE_PROBLEM_PREFIX):
+            continue
+        try:
+            row = await kernel_row(session, job)
+        except KernelProblemError:
+            continue
+        if row is not None:
+            rows.append(row)
+    return KernelTable(
+        rows=[KernelRowPublic.of(row) for row in rows],
+        summary=KernelSummary.model_validate(summary(rows)),
+    )

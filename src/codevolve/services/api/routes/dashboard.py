@@ -1,6 +1,7 @@
-"""The dashboard: server-rendered pages (jobs, a job, a program, the fleet) and the JSON their
-scripts poll to stay live. Readable by anyone when ``public_dashboard`` is set, else with a token
-(Authorization header, or the cookie ``/login`` sets). Not part of the OpenAPI schema."""
+"""The dashboard: server-rendered pages (jobs, a job, a program, the fleet, the KernelBench
+table) and the JSON their scripts poll to stay live. Readable by anyone when
+``public_dashboard`` is set, else with a token (Authorization header, or the cookie ``/login``
+sets). Not part of the OpenAPI schema."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from codevolve.services.api.highlight import highlight_python, line_numbers, ren
 from codevolve.services.api.queries import (
     job_detail,
     job_live,
+    kernel_table,
     program_detail,
     visible_job,
     visible_program,
@@ -141,6 +143,23 @@ async def program_page(
         "page": "program",
     }
     return templates.TemplateResponse(request, "program.html", context)
+
+
+@router.get("/kernelbench", response_class=HTMLResponse)
+async def kernelbench_page(
+    request: Request, session: SessionDep, viewer: ViewerDep
+) -> HTMLResponse:
+    """The table of ``GET /api/v1/kernelbench``, built by the same function for the same viewer
+    (a page cannot send the API's bearer token: the sign-in cookie stands for it here)."""
+    table = (await kernel_table(session, owner=viewer.owner_filter)).model_dump(mode="json")
+    context = {"table": table, "page": "kernelbench"}
+    return templates.TemplateResponse(request, "kernelbench.html", context)
+
+
+@router.get("/live/kernelbench.json")
+async def kernelbench_live(session: SessionDep, viewer: ViewerDep) -> JSONResponse:
+    table = await kernel_table(session, owner=viewer.owner_filter)
+    return JSONResponse(table.model_dump(mode="json"))
 
 
 @router.get("/workers", response_class=HTMLResponse)

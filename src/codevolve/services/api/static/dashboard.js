@@ -239,5 +239,53 @@ const codevolve = (() => {
     setTimeout(poll, POLL_MS);
   }
 
-  return { jobPage, jobsPage, drawChart, drawHeatmaps };
+  /* The KernelBench table (the rows and fast_p of GET /api/v1/kernelbench), redrawn while one of
+     its jobs still moves. A best that is still the reference's own code is marked "(ref)": its
+     speedup is noise around 1 and counts for no fast_p above 0. */
+  const times = (v) => (v === null || v === undefined ? "–" : `${Number(v).toFixed(2)}×`);
+  const share = (v) => (v === null || v === undefined ? "–" : Number(v).toFixed(2));
+
+  function renderKernelTable(data) {
+    const { rows, summary } = data;
+    document.querySelector("#kb-summary tbody").innerHTML = ["eager", "compile"].map((against) => {
+      const values = summary[`fast_p_${against}`];
+      const cells = Object.keys(values).map((p) => `<td class="num" data-p="${esc(p)}">${share(values[p])}</td>`).join("");
+      return `<tr data-against="${against}"><td>${against === "eager" ? "PyTorch eager" : "torch.compile"}</td>${cells}</tr>`;
+    }).join("");
+    document.getElementById("kb-counts").textContent = `${summary.problems} problem${summary.problems === 1 ? "" : "s"}, ` +
+      `${summary.correct} with a correct program, ${summary.kept_reference} kept the reference's own code`;
+    document.querySelector("#kb-table tbody").innerHTML = rows.length ? rows.map((r) => `<tr data-job="${esc(r.job_id)}">
+      <td>${esc(r.problem)}</td><td class="${r.correct ? "ok" : "bad"}">${r.correct ? "yes" : "no"}</td>
+      <td class="num">${times(r.speedup_eager)}${r.is_reference ? ' <span class="muted small">(ref)</span>' : ""}</td>
+      <td class="num">${times(r.speedup_compile)}</td>
+      <td class="num">${r.best_ms === null ? "–" : Number(r.best_ms).toFixed(4)}</td>
+      <td>${r.uses_triton ? '<span class="tag">triton</span>' : ""}</td>
+      <td><span class="state state-${esc(r.state)}">${esc(r.state)}</span></td>
+      <td><a class="mono" href="/jobs/${esc(r.job_id)}">${esc(r.job_id.slice(0, 8))}</a></td></tr>`).join("")
+      : `<tr><td colspan="8" class="empty">No KernelBench job yet. Run <code>codevolve kernelbench --dir …</code>.</td></tr>`;
+    document.body.dataset.rendered = "true";
+    return data;
+  }
+
+  function kernelbenchPage() {
+    let data = renderKernelTable(JSON.parse(document.getElementById("kb-data").textContent));
+    const moving = () => data.rows.some((r) => !FINISHED.has(r.state) && r.state !== "paused");
+    const poll = async () => {
+      if (!moving()) return;
+      try {
+        const response = await fetch("/live/kernelbench.json", { credentials: "same-origin" });
+        if (response.ok) {
+          data = renderKernelTable(await response.json());
+          document.getElementById("kb-updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+        }
+      } catch (error) {
+        /* the next poll tries again */
+      } finally {
+        setTimeout(poll, POLL_MS * 2);
+      }
+    };
+    setTimeout(poll, POLL_MS * 2);
+  }
+
+  return { jobPage, jobsPage, kernelbenchPage, drawChart, drawHeatmaps };
 })();
