@@ -1,5 +1,6 @@
 """The dashboard in a real browser: headless Chromium (Debian's, driven by Playwright) loads the job
-page of a finished small run and the score chart and MAP-Elites heatmaps are drawn with data.
+page of a finished small run and the score chart and MAP-Elites heatmaps are drawn with data; the
+KernelBench page draws a KernelBench job's row and the fast_p lines.
 
 The screenshot lands in the test's temporary folder; with ``CODEVOLVE_DOCS_SCREENSHOT=1`` it is
 also written to ``docs/dashboard.png`` (the README's picture).
@@ -31,6 +32,7 @@ from codevolve.program_db.engine import create_engine, session_factory
 from codevolve.services.api.app import create_app
 from codevolve.services.runtime.embedded import run_embedded
 from codevolve.services.settings import Settings
+from tests.api.kernel_jobs import KernelJob, kernel_job
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -138,6 +140,7 @@ def test_job_page_draws_the_chart_and_the_heatmaps_with_data(
                 shutil.copyfile(shot, DOCS / "dashboard.png")
 
             _check_live_updates(page, server, finished_run[0])
+            _check_kernelbench_page(page, server, finished_run[0])
         finally:
             browser.close()
 
@@ -154,6 +157,37 @@ def _check_live_updates(page: Page, server: str, db_url: str) -> None:
     )
     assert page.locator(".heatmap rect.cell.filled").count() == 1
     assert page.locator("#stat-best").inner_text() == "1.5000"
+
+
+def _check_kernelbench_page(page: Page, server: str, db_url: str) -> None:
+    """The KernelBench page (from the nav) lists a KernelBench job with its speedups and links to
+    its job page; the gemm-tiling jobs of the same database are not rows."""
+    job = _off_the_loop(_kernel_job(db_url))
+    page.goto(server)
+    page.click("nav a[href='/kernelbench']")
+    page.wait_for_selector("body[data-rendered='true']")
+    rows = page.locator("#kb-table tbody tr")
+    assert rows.count() == 1
+    row = page.locator(f"#kb-table tr[data-job='{job.job_id}']")
+    cells = row.locator("td").all_inner_texts()
+    assert cells[:6] == ["19_ReLU", "yes", "2.50×", "1.88×", "0.0160", "triton"]
+    assert page.locator("#kb-summary tr[data-against='eager'] td[data-p='2.0']").inner_text() == (
+        "1.00"
+    )
+    assert page.locator("#kb-summary tr[data-against='compile'] td[data-p='2.0']").inner_text() == (
+        "0.00"
+    )
+    row.locator(f"a[href='/jobs/{job.job_id}']").click()
+    page.wait_for_url(f"{server}/jobs/{job.job_id}")
+
+
+async def _kernel_job(db_url: str) -> KernelJob:
+    engine = create_engine(db_url)
+    try:
+        async with session_factory(engine).begin() as session:
+            return await kernel_job(session, owner="", name="19_ReLU", speedup=2.5)
+    finally:
+        await engine.dispose()
 
 
 def _off_the_loop(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -1,0 +1,108 @@
+"""KernelBench jobs as a run leaves them, written straight to the database (no GPU, no judge):
+the problem's bundle, its job, the initial program and, optionally, a faster evolved best."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from codevolve.core.config import RunConfig
+from codevolve.core.job import JobState
+from codevolve.core.program import Evaluation, Program, ProgramStatus, StageResult
+from codevolve.problems.kernelbench.spec import make_spec, spec_files
+from codevolve.problems.openevolve import make_bundle
+from codevolve.program_db import repository
+from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
+
+RELU = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+batch_size = 16
+dim = 16384
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+"""
+# An evolved best: the judge would have run it; here only its text matters (it names triton.jit).
+TRITON_BEST = """import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(y_ptr + offsets, tl.maximum(tl.load(x_ptr + offsets, mask=mask), 0.0), mask=mask)
+"""
+EAGER_MS = 0.04
+COMPILE_MS = 0.03
+
+
+@dataclass(frozen=True, slots=True)
+class KernelJob:
+    job_id: str
+    best_program_id: str
+
+
+async def kernel_job(
+    session: AsyncSession, *, owner: str, name: str, speedup: float | None = None
+) -> KernelJob:
+    """A finished job of problem file ``name`` (the ReLU problem): its initial program evaluated
+    and, with ``speedup``, a Triton program that many times faster than eager as its confirmed
+    best; without it the best stays the initial program (speedup 1)."""
+    spec = make_spec(RELU, name=name)
+    bundle = make_bundle(spec_files(spec))
+    await repository.store_bundle(session, identity=bundle.id, owner=owner, files=bundle.files)
+    config = RunConfig(problem=BUNDLE_PROBLEM_PREFIX + bundle.id, max_proposals=10)
+    job = await repository.create_job(session, config, owner=owner)
+    best = await _evaluated(session, job.id, spec.initial_program, ms=EAGER_MS)
+    if speedup is not None:
+        best = await _evaluated(session, job.id, TRITON_BEST, ms=EAGER_MS / speedup, index=0)
+    await repository.set_job_best(session, job.id, best.id, EAGER_MS / best.metrics["candidate_ms"])
+    await repository.set_job_state(session, job.id, JobState.DONE)
+    return KernelJob(job_id=job.id, best_program_id=best.id)
+
+
+async def _evaluated(
+    session: AsyncSession, job_id: str, source: str, *, ms: float, index: int = -1
+) -> Program:
+    """A program of ``job_id`` judged correct at ``ms`` milliseconds per call."""
+    program = Program(
+        id=uuid.uuid4().hex,
+        job_id=job_id,
+        source=source,
+        content_hash=uuid.uuid4().hex,
+        parent_id=None,
+        island=0,
+        generation=0 if index < 0 else 1,
+        proposal_index=index,
+        status=ProgramStatus.PENDING,
+    )
+    await repository.insert_program(session, program)
+    metrics = {"candidate_ms": ms, "eager_ms": EAGER_MS, "compile_ms": COMPILE_MS}
+    stage = StageResult(stage="judge", passed=True, score=EAGER_MS / ms, metrics=metrics)
+    evaluation = Evaluation(
+        program_id=program.id, job_id=job_id, status=ProgramStatus.EVALUATED, stages=(stage,)
+    )
+    await repository.apply_evaluation(session, evaluation, cell=(0, 0))
+    stored = await repository.get_program(session, program.id)
+    assert stored is not None
+    return stored
