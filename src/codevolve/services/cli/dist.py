@@ -1,12 +1,13 @@
 """Distributed-mode commands: ``serve``, ``worker``, ``submit``.
 
-codevolve serve --db URL [--redis URL] [--port 8000 | --no-api]
+codevolve serve --db URL [--redis URL] [--port 8000] [--role all|controllers|api]
 codevolve worker --redis URL --capability cpu|gpu --concurrency N
 codevolve submit gemm-tiling --proposals 1000 --seed 0 [--db URL] [--json]
 
 In words: serve migrates the database, then runs the supervisor (a controller per queued or
-running job) and, in the same event loop, the REST API and dashboard when they are installed.
-worker needs only the Redis URL. submit creates a queued job that a running serve on the same
+running job) in its own process and the REST API and dashboard in a child process (``--role api``,
+runtime/server.py); ``--role controllers`` or ``--role api`` runs one part alone. worker needs
+only the Redis URL. submit creates a queued job that a running serve on the same
 database picks up (it says so on stderr, so that --json output stays parseable).
 """
 
@@ -14,21 +15,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
-import logging
+import os
 import shlex
-import signal
 import sys
 from typing import Any
 
-from redis.asyncio import Redis
-
 from codevolve.core.config import RunConfig
 from codevolve.core.errors import ConfigError
-from codevolve.evaluator_workers.redis_keys import CAPABILITIES, DEFAULT_PREFIX, RedisKeys
+from codevolve.evaluator_workers.redis_keys import CAPABILITIES, DEFAULT_PREFIX
 from codevolve.evaluator_workers.redis_queue import QueueTuning
 from codevolve.services.cli.options import (
+    EXIT_FAILED,
     JOB_KEYS,
     at_least,
     check_problem,
@@ -36,23 +34,36 @@ from codevolve.services.cli.options import (
     db_option,
 )
 from codevolve.services.run_config import RunConfigRefused, run_config_of
+from codevolve.services.runtime.processes import Command
 from codevolve.services.settings import Settings
 
-log = logging.getLogger(__name__)
-
-API_MODULE = "codevolve.services.api.app"
-FLEET_MODULE = "codevolve.services.api.fleet"  # the API's reader of the workers' heartbeats
 DEFAULT_PORT = 8000
+ROLES = ("all", "controllers", "api")  # serve's parts: both, or one alone
+CLI_MODULE = "codevolve.services.cli"  # what the API's child process runs: serve --role api
 
 
 def register(sub: Any) -> None:
     """Add the distributed-mode commands to the ``codevolve`` parser's subcommands."""
-    serve = sub.add_parser("serve", help="controller (and API): run every queued or running job")
+    serve = sub.add_parser("serve", help="controllers for every queued or running job, and the API")
     db_option(serve)
     serve.add_argument("--redis", default=None, help="Redis URL (default: CODEVOLVE_REDIS_URL)")
     serve.add_argument("--host", default="127.0.0.1", help="API address to listen on")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="API port")
-    serve.add_argument("--no-api", action="store_true", help="run the controller only")
+    serve.add_argument(
+        "--role",
+        choices=ROLES,
+        default="all",
+        help="all (default): the controllers here and the API in a child process; "
+        "controllers or api: that part alone",
+    )
+    serve.add_argument(
+        "--no-api",
+        dest="role",
+        action="store_const",
+        const="controllers",
+        help="the same as --role controllers",
+    )
+    serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument(
         "--local-workers",
         type=at_least(1),
@@ -235,90 +246,47 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    asyncio.run(serve(args))
-    return 0
-
-
-async def serve(args: argparse.Namespace) -> None:
-    """Migrate, then run the supervisor and (when installed) the API until SIGTERM or SIGINT.
-    The controllers and the API have an engine each, their pools sized by role (runtime/pools)."""
-    from codevolve.program_db.engine import create_engine, session_factory
-    from codevolve.services.database import open_database
-    from codevolve.services.runtime.embedded import tune_gc
-    from codevolve.services.runtime.pools import api_pool, controller_pool
-    from codevolve.services.runtime.supervisor import Supervisor, SupervisorOptions
+    """0 after SIGTERM or SIGINT; EXIT_FAILED when a part of the server ended on its own (the
+    other was stopped; the log's error line says which and how)."""
+    from codevolve.services.runtime.supervisor import SupervisorOptions
 
     url = _redis_url(args, required=False)
     settings = Settings(db=args.db, redis_url=url)
-    max_jobs = args.max_running_jobs or settings.max_running_jobs
-    tune_gc()
-    async with open_database(args.db, write=True) as migrated:  # migrated to head
-        await migrated.dispose()  # its connection goes back: the roles have engines of their own
-        engine = create_engine(args.db, pool=controller_pool(max_jobs))
-        api_engine = create_engine(args.db, pool=api_pool(settings))
-        redis = Redis.from_url(url, decode_responses=True) if url else None
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for number in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(number, stop.set)
-        try:
-            sessions = session_factory(engine)
-            keys = RedisKeys(args.key_prefix)
-            supervisor = Supervisor(
-                sessions,
-                redis=redis,
-                options=SupervisorOptions(
-                    poll_s=args.poll_s,
-                    local_workers=args.local_workers,
-                    key_prefix=args.key_prefix,
-                    proposal_processes=args.proposal_processes,
-                    max_running_jobs=max_jobs,
-                ),
-            )
-            api_sessions = session_factory(api_engine)
-            server = None if args.no_api else _api_server(args, api_sessions, redis, keys)
-            async with asyncio.TaskGroup() as tg:
-                tg.create_task(supervisor.run(stop))
-                if server is not None:
-                    tg.create_task(_serve_api(server, stop))
-            log.info("serve stopped")
-        finally:
-            if redis is not None:
-                await redis.aclose()
-            await api_engine.dispose()
-            await engine.dispose()
+    if args.role == "api":
+        return 0 if asyncio.run(_serve_api(args, settings)) else EXIT_FAILED
+    from codevolve.services.runtime.server import serve
+
+    options = SupervisorOptions(
+        poll_s=args.poll_s,
+        local_workers=args.local_workers,
+        key_prefix=args.key_prefix,
+        proposal_processes=args.proposal_processes,
+        max_running_jobs=args.max_running_jobs or settings.max_running_jobs,
+    )
+    api = _api_command(args, url) if args.role == "all" else None
+    ended = asyncio.run(serve(args.db, url, options, api=api))
+    return 0 if ended is None else EXIT_FAILED
 
 
-def _api_server(
-    args: argparse.Namespace, sessions: Any, redis: Redis | None, keys: RedisKeys
-) -> Any:
-    """A uvicorn server of the API app, or None when this installation has no API."""
-    try:
-        api = importlib.import_module(API_MODULE)
-        fleet_module = importlib.import_module(FLEET_MODULE)
-    except ImportError as exc:
-        log.warning("no API in this installation (%s); running the controller only", exc)
-        return None
-    import uvicorn
+async def _serve_api(args: argparse.Namespace, settings: Settings) -> bool:
+    from codevolve.services.runtime.api_server import ApiOptions, serve_api
 
-    fleet = None if redis is None else fleet_module.redis_fleet(redis, keys)
-    settings = Settings(db=args.db, redis_url=_redis_url(args, required=False))
-    app = api.create_app(settings, sessions=sessions, fleet=fleet)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="on")
-    return uvicorn.Server(config)
+    options = ApiOptions(
+        host=args.host, port=args.port, key_prefix=args.key_prefix, parent_pid=args.parent_pid
+    )
+    return await serve_api(settings, options)
 
 
-async def _serve_api(server: Any, stop: asyncio.Event) -> None:
-    """Run uvicorn until it stops or ``stop`` is set; either way the whole serve stops."""
-
-    async def watch() -> None:
-        await stop.wait()
-        server.should_exit = True
-
-    async with asyncio.TaskGroup() as tg:
-        watcher = tg.create_task(watch())
-        try:
-            await server.serve()
-        finally:
-            stop.set()
-            watcher.cancel()
+def _api_command(args: argparse.Namespace, redis_url: str | None) -> Command:
+    """``serve --role api`` as this serve's child. The database and Redis URLs go in its
+    environment, not its command line, where ``ps`` would show their passwords."""
+    argv = [sys.executable, "-m", CLI_MODULE]
+    if args.log_level:
+        argv += ["--log-level", args.log_level]
+    argv += ["serve", "--role", "api", "--host", args.host, "--port", str(args.port)]
+    argv += ["--key-prefix", args.key_prefix, "--parent-pid", str(os.getpid())]
+    env = {name: value for name, value in os.environ.items() if name != "CODEVOLVE_REDIS_URL"}
+    env["CODEVOLVE_DB"] = args.db
+    if redis_url is not None:
+        env["CODEVOLVE_REDIS_URL"] = redis_url
+    return Command(name="API", argv=tuple(argv), env=env)
