@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from codevolve.core.config import RunConfig
 from codevolve.core.errors import ConfigError
-from codevolve.problems.openevolve import Bundle, BundleError, problem_of
+from codevolve.problems.openevolve import Bundle, BundleError, OpenEvolveProblem, problem_of
 from codevolve.problems.openevolve.bundle import CONFIG
 from codevolve.problems.openevolve.config import SOURCES
 
@@ -170,8 +170,10 @@ def bundle_run_config(
     top; and the warnings about ``config.yaml`` keys that did not carry over. BundleError names
     the key at fault."""
     problem = problem_of(bundle)
+    # A KernelBench bundle has no config.yaml: its settings are the judge's (kernelbench.json).
+    folder = problem.config if isinstance(problem, OpenEvolveProblem) else None
     users = config_fields(keys, fields=fields)
-    given = merged(dict(problem.config.run_fields), users)
+    given = merged(dict(folder.run_fields) if folder else {}, users)
     given["problem"] = bundle.name
     try:
         config = _validated(given)
@@ -182,7 +184,7 @@ def bundle_run_config(
         if theirs:
             raise RunConfigRefused(theirs) from exc
         raise BundleError("; ".join(_from_config_yaml(r) for r in exc.refusals)) from exc
-    return config, problem.config.warnings
+    return config, folder.warnings if folder else ()
 
 
 def _from_config_yaml(refusal: Refusal) -> str:

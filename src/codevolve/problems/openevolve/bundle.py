@@ -1,7 +1,9 @@
 """A problem bundle: the files of an OpenEvolve-layout folder, as one immutable value.
 
 A bundle is ``initial_program.<ext>``, ``evaluator.py`` and ``config.yaml`` (optional) plus any
-helper modules and data files the evaluator reads. Its id is the sha256 of its paths and bytes, so
+helper modules and data files the evaluator reads; or, for a KernelBench-format problem,
+``initial_program.py``, ``reference.py`` and ``kernelbench.json`` (problems/kernelbench/spec.py).
+Its id is the sha256 of its paths and bytes, so
 the same selected files always name the same problem (``bundle:<id>``) and are stored once.
 Which files of a user's folder are selected is decided in ``selection.py``.
 
@@ -27,6 +29,9 @@ from codevolve.core.pysource import parse_python
 
 EVALUATOR = "evaluator.py"
 CONFIG = "config.yaml"
+# A KernelBench problem's bundle holds this instead of an evaluator: its judge is trusted code of
+# the workers, and the bundle carries the user's reference and settings (problems/kernelbench/).
+KERNEL_SPEC = "kernelbench.json"
 INITIAL_STEM = "initial_program"
 MAX_FILES = 256
 # bytes, one file; the sandbox lets a call write files this large (evaluator_workers/_cage.py
@@ -114,6 +119,12 @@ def make_bundle(files: Mapping[str, bytes]) -> Bundle:
         raise BundleError(f"the bundle is {total} bytes, more than {MAX_BUNDLE_BYTES}")
     initial = _initial_path(checked)
     _check_text(checked, initial)
+    if KERNEL_SPEC in checked:
+        for path in checked:
+            _check_text(checked, path)
+        _check_kernel_bundle(checked)
+        frozen = MappingProxyType(dict(sorted(checked.items())))
+        return Bundle(files=frozen, id=bundle_id(frozen), initial_path=initial)
     if EVALUATOR not in checked:
         raise BundleError(f"{EVALUATOR}: missing; a bundle needs it beside {initial}")
     _check_text(checked, EVALUATOR)
@@ -194,6 +205,23 @@ def _initial_path(files: Mapping[str, bytes]) -> str:
     if len(found) > 1:
         raise BundleError(f"{', '.join(found)}: more than one initial program")
     return found[0]
+
+
+def _check_kernel_bundle(files: Mapping[str, bytes]) -> None:
+    """A KernelBench bundle (an upload may carry anything): its settings read, its reference is
+    in the format and keeps the rules, and its initial program is the one built from it."""
+    from codevolve.problems.kernelbench.spec import make_spec, spec_of_files
+
+    try:
+        spec = spec_of_files(files)
+        rebuilt = make_spec(spec.reference, name=spec.name, settings=spec.settings)
+    except ConfigError as exc:
+        raise BundleError(str(exc)) from exc
+    if rebuilt.initial_program != spec.initial_program:
+        raise BundleError(
+            f"{INITIAL_STEM}.py: not the program built from the reference; a kernel bundle's "
+            "initial program is the reference's Model copied as ModelNew"
+        )
 
 
 def _check_text(files: Mapping[str, bytes], path: str) -> None:

@@ -18,7 +18,8 @@ from typing import Any
 
 from codevolve.core.config import RunConfig
 from codevolve.core.errors import ConfigError
-from codevolve.problems.openevolve import problem_of, select_folder
+from codevolve.problems.openevolve import select_folder
+from codevolve.problems.openevolve.loaded import openevolve_problem
 from codevolve.problems.openevolve.bundle import CONFIG
 from codevolve.services.cli import llm as cli_llm
 from codevolve.services.cli.options import JOB_KEYS, config_error
@@ -44,7 +45,7 @@ def run_config_from_args(args: argparse.Namespace) -> tuple[RunConfig, tuple[str
     bundle = selection.bundle
     keys = {key: value for key in JOB_KEYS if (value := getattr(args, key, None)) is not None}
     fields: dict[str, Any] = {}
-    proposer = _proposer_overrides(args, problem_of(bundle).config.run_fields)
+    proposer = _proposer_overrides(args, openevolve_problem(bundle).config.run_fields)
     if proposer is not None:
         fields["proposer"] = proposer
     try:

@@ -1,0 +1,99 @@
+"""A KernelBench-format problem: evolve ``ModelNew`` until it beats the reference ``Model``.
+
+Task: the user's file defines a PyTorch ``Model`` and its inputs (format.py); the program defines
+``ModelNew`` with the same constructor and forward, in Triton and/or torch, computing the same
+outputs faster on the worker's GPU. The initial program is the reference's own class.
+
+Metric: t_eager / t_ModelNew, both timed by the trusted judge on the same fresh inputs, with the
+L2 flushed, interleaved round by round, medians; ``torch.compile``'s time is reported beside it
+when the problem asks for it. A program that is wrong on any of the judge's input distributions
+scores nothing (stages.py). KernelBench's ``fast_p`` over a set of problems is computed from the
+best program of each problem's job (report.py).
+
+Cascade: the source rules (any CPU worker), then the judge on a device. Mutations for the
+simulated proposer (mutations.py) recognise common operator patterns in the forward and propose
+Triton kernels or exact torch rewrites for them, then tune them; problems it does not recognise
+are left to the LLM proposer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from codevolve.core.problem import Baseline, FeatureSpec, Mutation, Stage
+from codevolve.problems.kernelbench.spec import KernelSpec
+from codevolve.problems.kernelbench.stages import JudgeStage, StaticRulesStage
+from codevolve.problems.openevolve.bundle import Bundle
+
+FEATURES = (
+    FeatureSpec(name="uses_triton", low=0.0, high=1.0, bins=2),
+    FeatureSpec(name="speedup_eager", low=0.0, high=4.0, bins=8),
+)
+
+
+class KernelBenchProblem:
+    """One KernelBench-format file as a problem; built from its bundle (spec.py)."""
+
+    def __init__(self, spec: KernelSpec, bundle: Bundle) -> None:
+        self._spec = spec
+        self._bundle = bundle
+        self._stages: tuple[Stage, ...] = (StaticRulesStage(), JudgeStage(spec))
+
+    @property
+    def spec(self) -> KernelSpec:
+        return self._spec
+
+    @property
+    def bundle(self) -> Bundle:
+        """The stored files (reference, initial program, settings)."""
+        return self._bundle
+
+    @property
+    def name(self) -> str:
+        return self._bundle.name
+
+    @property
+    def title(self) -> str:
+        """The problem file's name, for people (``19_ReLU``)."""
+        return self._spec.name
+
+    @property
+    def description(self) -> str:
+        settings = self._spec.settings
+        forbid = (
+            f" It must not run these aten operators: {', '.join(settings.forbid)}."
+            if settings.forbid
+            else ""
+        )
+        return (
+            f"KernelBench problem {self._spec.name}. Write ModelNew, a faster drop-in "
+            "replacement of the reference Model below (same constructor arguments, same forward "
+            "inputs, same outputs, dtype and shape), in Triton kernels and/or PyTorch. Score: "
+            "PyTorch eager time of Model / time of ModelNew on the GPU, on fresh inputs, with "
+            "the L2 cache flushed between rounds. Outputs are checked on several seeds with "
+            "KernelBench's inputs, signed normal inputs and wide normal inputs (atol = rtol = "
+            "1e-4 for fp32, 1e-2 for fp16/bf16). Only torch, torch.nn, torch.nn.functional, "
+            "triton, triton.language and math may be imported; no streams, threads, RNG "
+            "seeding, torch.compile, try/except, caching of results or writing into the "
+            f"inputs.{forbid}\n\nThe reference:\n\n{self._spec.reference}"
+        )
+
+    @property
+    def initial_program(self) -> str:
+        return self._spec.initial_program
+
+    @property
+    def stages(self) -> Sequence[Stage]:
+        return self._stages
+
+    @property
+    def features(self) -> Sequence[FeatureSpec]:
+        return FEATURES
+
+    def mutations(self) -> Sequence[Mutation]:
+        from codevolve.problems.kernelbench.mutations import kernel_mutations
+
+        return kernel_mutations()
+
+    def baselines(self) -> Sequence[Baseline]:
+        return ()
