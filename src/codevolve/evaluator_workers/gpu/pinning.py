@@ -21,6 +21,10 @@ from codevolve.evaluator_workers.nvidia import query_gpus
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 INDEX = "CODEVOLVE_DEVICE_INDEX"
+# ``--gpus cpu``: one device process that sees no GPU and runs the device jobs that can run on
+# a CPU (the KernelBench judge), to try a kernel problem or test the pipeline without a GPU.
+CPU_DEVICE = "cpu"
+CPU_JOBS = "codevolve.evaluator_workers.gpu.kb_jobs"
 
 
 class GpuSelectionError(WorkerError):
@@ -43,8 +47,11 @@ def visible_gpus(
 
 
 def select_gpus(spec: str, visible: Sequence[str]) -> list[str]:
-    """The GPUs a ``--gpus`` value names: ``all``, ``none``, or ids separated by commas."""
+    """The GPUs a ``--gpus`` value names: ``all``, ``none``, ``cpu`` (:data:`CPU_DEVICE`), or
+    ids separated by commas."""
     spec = spec.strip()
+    if spec == CPU_DEVICE:
+        return [CPU_DEVICE]
     if spec == "all":
         return list(visible)
     if spec in ("", "none"):
@@ -72,8 +79,14 @@ def pinned_env(gpu: str, position: int, base: Mapping[str, str] | None = None) -
 
 
 def open_devices(gpus: Sequence[str]) -> list[DeviceProcess]:
-    """One device process per GPU (started lazily, on its first job); close each when done."""
-    return [DeviceProcess(gpu, index=device_index(gpu, i)) for i, gpu in enumerate(gpus)]
+    """One device process per GPU (started lazily, on its first job); close each when done.
+    :data:`CPU_DEVICE` is a device process with every GPU hidden, serving the CPU's jobs."""
+    return [
+        DeviceProcess("", index=0, jobs=CPU_JOBS)
+        if gpu == CPU_DEVICE
+        else DeviceProcess(gpu, index=device_index(gpu, i))
+        for i, gpu in enumerate(gpus)
+    ]
 
 
 def run_pinned(commands: Sequence[list[str]], gpus: Sequence[str]) -> int:
@@ -113,6 +126,8 @@ def embedded_gpus(
     first visible GPU when a stage of the problem needs one, else none."""
     if requested is None and GPU not in needed_capabilities(stages):
         return []  # no GPU stage: do not even ask the driver
+    if requested is not None and requested.strip() == CPU_DEVICE:
+        return [CPU_DEVICE]
     visible = visible_gpus() if visible is None else visible
     if requested is not None:
         return select_gpus(requested, visible)

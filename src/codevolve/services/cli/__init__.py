@@ -23,6 +23,7 @@ from codevolve.core.errors import CodevolveError
 from codevolve.program_db.errors import UnknownJobError, UnknownProgramError
 from codevolve.services.cli import dist as cli_dist
 from codevolve.services.cli import export as cli_export
+from codevolve.services.cli import kernelbench as cli_kernelbench
 from codevolve.services.cli import llm as cli_llm
 from codevolve.services.cli import run as cli_run
 from codevolve.services.cli import tokens as cli_token
@@ -134,6 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     cli_dist.register(sub)
     cli_token.register(sub)
     cli_export.register(sub)
+    cli_kernelbench.register(sub)
     return parser
 
 

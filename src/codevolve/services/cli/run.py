@@ -34,7 +34,7 @@ from codevolve.core.job import Job
 from codevolve.program_db.errors import UnknownJobError
 from codevolve.services.cli import dist as cli_dist
 from codevolve.services.cli import llm as cli_llm
-from codevolve.services.cli import problem_dir
+from codevolve.services.cli import kernel_problem, problem_dir
 from codevolve.services.cli.options import (
     EXIT_FAILED,
     JOB_KEYS,
@@ -67,13 +67,16 @@ def register(sub: Any) -> None:
     )
     cli_dist.proposal_processes_option(run)
     run.add_argument(
-        "--gpus", default=None, help="GPU stages: all, none or ids (default: one GPU if needed)"
+        "--gpus",
+        default=None,
+        help="GPU stages: all, none, ids, or cpu (device jobs on the CPU; default: one GPU if needed)",
     )
     run.add_argument("--resume", metavar="JOB", help="continue a job that was interrupted")
     run.add_argument("--report", type=Path, help="write the JSON report here")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     cli_llm.add_run_arguments(run)
     problem_dir.add_run_arguments(run)
+    kernel_problem.add_run_arguments(run)
     db_option(run)
     run.set_defaults(handler=_cmd_run)
 
@@ -91,6 +94,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for warning in warnings:
             # One line each, however narrow the terminal: a wrapped warning reads as several.
             console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+    elif args.kernel_problem is not None:
+        config = kernel_problem.run_config_from_args(args)
     else:
         config = _new_config(args)
     bar = ProgressBar(console, enabled=not args.quiet and console.is_terminal)
@@ -136,7 +141,8 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
         raise ConfigError("run: --config goes with --problem-dir; drop it or add --problem-dir")
     if not args.problem:
         raise ConfigError(
-            "run: name a problem (e.g. gemm-tiling), --problem-dir PATH or --resume JOB"
+            "run: name a problem (e.g. gemm-tiling), --problem-dir PATH, --kernel-problem PATH.py "
+            "or --resume JOB"
         )
     check_problem(args.problem)
     fields: dict[str, Any] = {"problem": args.problem, "seed": 0, "max_proposals": 1000}
@@ -187,6 +193,8 @@ def contradictions(args: argparse.Namespace, job: Job) -> list[str]:
         found.append(f"the job's problem is {stored.problem}, not {args.problem}")
     if args.problem_dir is not None or args.config is not None:
         found.append("--problem-dir/--config cannot change the problem stored with the job")
+    if args.kernel_problem is not None:
+        found.append("--kernel-problem cannot change the problem stored with the job")
     for dest, field, flag in JOB_OPTIONS:
         given = getattr(args, dest)
         if given is not None and given != getattr(stored, field):

@@ -1,0 +1,254 @@
+"""``codevolve kernelbench --dir PATH``: evolve a set of KernelBench-format problems, report fast_p.
+
+The user points at their own checkout (``--dir KernelBench --level 1`` reads
+``KernelBench/level1/`` or ``KernelBench/KernelBench/level1/``); ``--problems 1-20,40`` picks
+problems by KernelBench's number. Each problem is one job in the database, run in turn here; the
+same command run again continues where it stopped: a finished problem's job is reused, an
+interrupted one resumed, so a set too large for one sitting is carried over several. The end is a
+table per problem and fast_p for p in 0, 1, 1.5, 2 against eager and ``torch.compile``
+(read_models/kernelbench.py), also written as JSON with ``--report``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from codevolve.core.config import RunConfig
+from codevolve.core.errors import ConfigError
+from codevolve.core.job import Job, JobState
+from codevolve.problems.kernelbench.format import KernelProblemError
+from codevolve.problems.kernelbench.spec import make_spec
+from codevolve.services.cli import llm as cli_llm
+from codevolve.services.cli.kernel_problem import (
+    add_judge_arguments,
+    judge_settings,
+    kernel_run_config,
+)
+from codevolve.services.cli.options import EXIT_FAILED, at_least, db_option
+from codevolve.services.read_models.kernelbench import KernelRow, kernel_rows, summary
+
+SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
+_NUMBERED = re.compile(r"^(\d+)_.*\.py$")
+
+
+def register(sub: Any) -> None:
+    bench = sub.add_parser(
+        "kernelbench", help="evolve a set of KernelBench-format problems and report fast_p"
+    )
+    bench.add_argument("--dir", type=Path, required=True, help="a KernelBench checkout or folder")
+    bench.add_argument("--level", type=int, default=None, help="KernelBench level (1, 2, 3, ...)")
+    bench.add_argument(
+        "--problems", default=None, metavar="RANGES", help="problem numbers, e.g. 1-20,40 (all)"
+    )
+    bench.add_argument(
+        "--proposals", type=at_least(1), default=100, help="proposals per problem (100)"
+    )
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--workers", type=at_least(1), default=2, help="evaluation workers (2)")
+    bench.add_argument("--gpus", default=None, help="all, ids, or cpu (default: one GPU)")
+    bench.add_argument("--report", type=Path, help="write the per-problem table as JSON here")
+    add_judge_arguments(bench)
+    cli_llm.add_run_arguments(bench)
+    db_option(bench)
+    bench.set_defaults(handler=_cmd_kernelbench)
+
+
+def problem_folder(root: Path, level: int | None) -> Path:
+    """The folder holding the problem files (ConfigError naming what was looked for)."""
+    if not root.is_dir():
+        raise ConfigError(f"--dir {root}: no such folder")
+    if level is None:
+        return root
+    tried = [root / f"level{level}", root / "KernelBench" / f"level{level}"]
+    for folder in tried:
+        if folder.is_dir():
+            return folder
+    raise ConfigError(
+        f"--dir {root} --level {level}: no folder {' or '.join(str(t) for t in tried)}"
+    )
+
+
+def parse_ranges(text: str) -> set[int]:
+    """``1-20,40`` -> {1..20, 40} (ConfigError naming the part that is not a range)."""
+    numbers: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        found = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not found:
+            raise ConfigError(f"--problems {text}: {part!r} is not a number or a range like 1-20")
+        low = int(found.group(1))
+        high = int(found.group(2) or low)
+        if high < low:
+            raise ConfigError(f"--problems {text}: the range {part} runs backwards")
+        numbers.update(range(low, high + 1))
+    return numbers
+
+
+def problem_files(folder: Path, wanted: set[int] | None) -> list[Path]:
+    """The numbered problem files of ``folder``, by number, limited to ``wanted``."""
+    files = []
+    for path in folder.iterdir():
+        found = _NUMBERED.match(path.name)
+        if found and path.is_file() and (wanted is None or int(found.group(1)) in wanted):
+            files.append((int(found.group(1)), path))
+    if not files:
+        which = "" if wanted is None else " with the numbers --problems gives"
+        raise ConfigError(f"{folder}: no KernelBench problem files (NN_Name.py){which}")
+    return [path for _, path in sorted(files)]
+
+
+def _cmd_kernelbench(args: argparse.Namespace) -> int:
+    folder = problem_folder(args.dir, args.level)
+    wanted = None if args.problems is None else parse_ranges(args.problems)
+    files = problem_files(folder, wanted)
+    settings = judge_settings(args)
+    args.proposals_given = args.proposals
+    console = Console(stderr=True)
+    configs: list[tuple[str, RunConfig]] = []
+    refused: list[tuple[str, str]] = []
+    for path in files:
+        try:
+            spec = make_spec(path.read_text(encoding="utf-8"), name=path.stem, settings=settings)
+        except (KernelProblemError, UnicodeDecodeError) as exc:
+            refused.append((path.stem, str(exc)))
+            console.print(f"[yellow]skipped:[/yellow] {exc}", highlight=False, soft_wrap=True)
+            continue
+        configs.append((spec.name, kernel_run_config(spec, args)))
+    console.print(
+        f"{len(configs)} problems from {folder}, {args.proposals} proposals each"
+        + (f"; {len(refused)} skipped" if refused else "")
+    )
+    jobs, interrupted = asyncio.run(_run_all(args, configs, console))
+    rows = asyncio.run(_rows(args.db, jobs))
+    report = _report(rows, refused, folder)
+    if args.report:
+        args.report.write_text(json.dumps(report, indent=2) + "\n")
+    print_table(Console(), rows, report)
+    if interrupted is not None:
+        console.print(
+            f"interrupted ({interrupted}): run the same command again to continue",
+            highlight=False,
+            markup=False,
+        )
+        return SIGNAL_EXIT.get(interrupted, 130)
+    failed = [job for job in jobs if job.state is JobState.FAILED]
+    return EXIT_FAILED if failed else 0
+
+
+async def _run_all(
+    args: argparse.Namespace, configs: list[tuple[str, RunConfig]], console: Console
+) -> tuple[list[Job], str | None]:
+    """Run each problem's job in turn (reusing or resuming one the database holds)."""
+    from codevolve.services.runtime.embedded import run_embedded
+
+    jobs: list[Job] = []
+    for index, (name, config) in enumerate(configs, start=1):
+        existing = await _existing_job(args.db, config)
+        if existing is not None and existing.state is JobState.DONE:
+            console.print(f"[{index}/{len(configs)}] {name}: done before (job {existing.id})")
+            jobs.append(existing)
+            continue
+        resume = None
+        if existing is not None and existing.state is not JobState.CANCELLED:
+            resume = existing.id
+        result = await run_embedded(
+            db_url=args.db,
+            config=None if resume else config,
+            resume=resume,
+            workers=args.workers,
+            gpus=args.gpus,
+            handle_signals=True,
+        )
+        job = await _job(args.db, result.job_id)
+        jobs.append(job)
+        best = result.report.get("best_score")
+        shown = "no correct program" if best is None else f"best {best:.3f}x eager"
+        console.print(f"[{index}/{len(configs)}] {name}: {shown} (job {result.job_id})")
+        if result.interrupted is not None:
+            return jobs, result.interrupted
+    return jobs, None
+
+
+async def _existing_job(db: str, config: RunConfig) -> Job | None:
+    """The newest job in ``db`` of the same problem, seed and budget, if any."""
+    from codevolve.program_db import repository
+    from codevolve.services.database import database_session
+
+    async with database_session(db) as session:
+        jobs = await repository.list_jobs(session)
+    same = [
+        job
+        for job in jobs
+        if job.config.problem == config.problem
+        and job.config.seed == config.seed
+        and job.config.max_proposals == config.max_proposals
+    ]
+    return same[-1] if same else None
+
+
+async def _job(db: str, job_id: str) -> Job:
+    from codevolve.program_db import repository
+    from codevolve.services.database import reading_session
+
+    async with reading_session(db) as session:
+        job = await repository.get_job(session, job_id)
+    assert job is not None  # the run just wrote it
+    return job
+
+
+async def _rows(db: str, jobs: list[Job]) -> list[KernelRow]:
+    from codevolve.services.database import reading_session
+
+    if not jobs:
+        return []
+    async with reading_session(db) as session:
+        return await kernel_rows(session, jobs)
+
+
+def _report(rows: list[KernelRow], refused: list[tuple[str, str]], folder: Path) -> dict[str, Any]:
+    report = summary(rows, unsolved=len(refused))
+    report["folder"] = str(folder)
+    report["rows"] = [row.as_dict() for row in rows]
+    report["skipped"] = [{"problem": name, "reason": why} for name, why in refused]
+    return report
+
+
+def print_table(console: Console, rows: list[KernelRow], report: dict[str, Any]) -> None:
+    table = Table(title="KernelBench problems (speedups of each problem's confirmed best)")
+    for column in ("problem", "correct", "vs eager", "vs compile", "best ms", "triton", "job"):
+        table.add_column(column, justify="left" if column in ("problem", "job") else "right")
+    for row in rows:
+        table.add_row(
+            row.problem,
+            "yes" if row.correct else "no",
+            _x(row.speedup_eager) + (" (ref)" if row.is_reference else ""),
+            _x(row.speedup_compile),
+            "-" if row.best_ms is None else f"{row.best_ms:.4f}",
+            "yes" if row.uses_triton else "",
+            row.job_id,
+        )
+    console.print(table)
+    for against in ("eager", "compile"):
+        values = report[f"fast_p_{against}"]
+        shown = ", ".join(
+            f"fast_{p.removesuffix('.0')} {'-' if v is None else f'{v:.2f}'}"
+            for p, v in values.items()
+        )
+        console.print(f"against {against}: {shown}")
+    console.print(
+        f"{report['problems']} problems, {report['correct']} with a correct program, "
+        f"{report['kept_reference']} kept the reference's own code"
+        + (f", {len(report['skipped'])} skipped" if report["skipped"] else "")
+    )
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"

@@ -1,0 +1,126 @@
+"""KernelBench results: one row per problem's job, and ``fast_p`` over a set of them.
+
+A problem's solution is its job's best program, with the speedup confirmed on independent
+samples (the job's ``best_score``). ``fast_p`` is KernelBench's metric: the share of problems whose
+solution is correct and more than ``p`` times faster than the baseline; it is reported against
+PyTorch eager (as KernelBench does) and against ``torch.compile`` where that was timed.
+
+The initial program is the reference's own code, correct by construction and as fast as eager up
+to noise. So that noise is never counted as a speedup, a solution whose source is still the
+initial program counts for ``fast_0`` (it is correct) and for no ``p >= 1``; the report says how
+many problems kept it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from codevolve.core.job import Job
+from codevolve.problems.kernelbench.spec import spec_of_files
+from codevolve.program_db import repository
+
+FAST_P = (0.0, 1.0, 1.5, 2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelRow:
+    """One problem's result."""
+
+    problem: str  # the file's stem, e.g. "19_ReLU"
+    job_id: str
+    state: str
+    proposals: int
+    correct: bool  # a best program exists (every evaluated program passed the judge)
+    is_reference: bool  # the best is still the initial program (the reference's own code)
+    speedup_eager: float | None  # confirmed t_eager / t_best
+    speedup_compile: float | None  # t_compile / t_best, when compile was timed
+    best_ms: float | None
+    eager_ms: float | None
+    compile_ms: float | None
+    uses_triton: bool
+    best_program_id: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def kernel_row(session: AsyncSession, job: Job) -> KernelRow | None:
+    """The row of a KernelBench job; None for a job of another kind of problem."""
+    bundle = await repository.get_bundle(session, job.config.problem)
+    if bundle is None or "kernelbench.json" not in bundle.files:
+        return None
+    spec = spec_of_files(bundle.files)
+    best = (
+        None
+        if job.best_program_id is None
+        else await repository.get_program(session, job.best_program_id)
+    )
+    proposals = sum((await repository.proposal_counts(session, job.id)).values())
+    metrics = dict(best.metrics) if best is not None else {}
+    compile_ms = metrics.get("compile_ms")
+    speedup = job.best_score if best is not None else None
+    speedup_compile = None
+    if speedup is not None and compile_ms and metrics.get("eager_ms"):
+        # the confirmed speedup over eager, carried over to compile by the same run's times
+        speedup_compile = speedup * float(compile_ms) / float(metrics["eager_ms"])
+    return KernelRow(
+        problem=spec.name,
+        job_id=job.id,
+        state=job.state.value,
+        proposals=proposals,
+        correct=best is not None,
+        is_reference=best is not None and best.source == spec.initial_program,
+        speedup_eager=speedup,
+        speedup_compile=speedup_compile,
+        best_ms=metrics.get("candidate_ms"),
+        eager_ms=metrics.get("eager_ms"),
+        compile_ms=compile_ms,
+        uses_triton=best is not None and "triton.jit" in best.source,
+        best_program_id=job.best_program_id,
+    )
+
+
+def fast_p(
+    rows: list[KernelRow], p: float, *, against: str = "eager", unsolved: int = 0
+) -> float | None:
+    """KernelBench's fast_p over ``rows`` and ``unsolved`` more problems (files that could not be
+    searched: they count as failures) against ``eager`` or ``compile`` (None: no problems, or
+    compile was never timed)."""
+    if not rows and not unsolved:
+        return None
+    if against == "compile" and all(r.speedup_compile is None for r in rows):
+        return None
+    hits = 0
+    for row in rows:
+        speedup = row.speedup_eager if against == "eager" else row.speedup_compile
+        if not row.correct:
+            continue
+        if p == 0 or (not row.is_reference and speedup is not None and speedup > p):
+            hits += 1
+    return hits / (len(rows) + unsolved)
+
+
+def summary(rows: list[KernelRow], *, unsolved: int = 0) -> dict[str, Any]:
+    """The set's figures: fast_p for each p against eager and compile, and the counts;
+    ``unsolved`` problems (not searchable) count in every denominator."""
+    return {
+        "problems": len(rows) + unsolved,
+        "correct": sum(r.correct for r in rows),
+        "kept_reference": sum(r.is_reference for r in rows),
+        "fast_p_eager": {str(p): fast_p(rows, p, unsolved=unsolved) for p in FAST_P},
+        "fast_p_compile": {
+            str(p): fast_p(rows, p, against="compile", unsolved=unsolved) for p in FAST_P
+        },
+    }
+
+
+async def kernel_rows(session: AsyncSession, jobs: list[Job]) -> list[KernelRow]:
+    rows = []
+    for job in jobs:
+        row = await kernel_row(session, job)
+        if row is not None:
+            rows.append(row)
+    return rows
