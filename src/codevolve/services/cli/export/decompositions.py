@@ -1,5 +1,5 @@
-"""``codevolve export JOB [--json] [--out FILE]``: the best verified decompositions of a
-matmul-tensor job.
+"""``codevolve export JOB [--format decompositions] [--json] [--out FILE]``: the best verified
+decompositions of a matmul-tensor job.
 
 For every size, the lowest-rank decomposition any program of the job produced (the factors the
 stages stored after exact verification), verified again here, written as U, V, W (integers or
@@ -9,33 +9,18 @@ C is formed from them. Each algorithm is also run on random matrices and compare
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from codevolve.core.errors import CodevolveError
 from codevolve.program_db.errors import UnknownJobError
-from codevolve.services.cli.options import db_option
 
 ARTIFACT_PREFIX = "factors_"
 PAGE = 200  # programs read per query
 CHECK_SEED = 0
 CHECK_TRIALS = 3
 CHECK_LIMIT = 1e-8  # |C - A @ B| above this on random Gaussian matrices means a wrong algorithm
-
-
-def register(sub: Any) -> None:
-    """Add ``export`` to the ``codevolve`` parser's subcommands."""
-    export = sub.add_parser("export", help="best verified matmul decompositions of a job")
-    export.add_argument("job")
-    export.add_argument("--json", action="store_true", help="print JSON (default: text)")
-    export.add_argument("--out", type=Path, help="write the JSON here instead of printing it")
-    db_option(export)
-    export.set_defaults(handler=_cmd_export)
 
 
 async def collect(session: Any, job_id: str) -> dict[str, Any]:
@@ -88,28 +73,7 @@ async def collect(session: Any, job_id: str) -> dict[str, Any]:
     return {"job": job_id, "problem": job.config.problem, "sizes": sizes}
 
 
-def _cmd_export(args: argparse.Namespace) -> int:
-    from codevolve.services.database import reading_session
-
-    if args.out is not None and not args.out.parent.is_dir():
-        raise CodevolveError(f"--out {args.out}: no folder {args.out.parent}; create it first")
-
-    async def go() -> dict[str, Any]:
-        async with reading_session(args.db) as session:
-            return await collect(session, args.job)
-
-    document = asyncio.run(go())
-    text = json.dumps(document, indent=2)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    elif args.json:
-        print(text)
-    else:
-        print(_as_text(document))
-    return 0
-
-
-def _as_text(document: dict[str, Any]) -> str:
+def as_text(document: dict[str, Any]) -> str:
     lines = [f"job {document['job']} ({document['problem']})"]
     if not document["sizes"]:
         lines.append("no verified decomposition yet")

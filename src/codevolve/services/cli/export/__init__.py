@@ -1,0 +1,89 @@
+"""``codevolve export JOB [--format F] [--out FILE]``: a job's result as a file a user keeps.
+
+- ``decompositions`` (the default; matmul-tensor jobs): the best verified decomposition of every
+  size, as text, or JSON with ``--json`` or ``--out`` (decompositions.py);
+- ``triton`` (gemm-kernel-gpu jobs): the best program as a standalone Python module with
+  ``matmul(a, w)`` and its own test against ``torch.matmul`` (triton_module.py);
+- ``module`` (KernelBench jobs): the best ``ModelNew`` with the problem's reference and a test
+  comparing the two (kernelbench_module.py).
+
+Without ``--out`` the result is printed. A job of another problem, an unknown job or one with no
+best program yet is refused in one ``error:`` line, and nothing is written (errors.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from codevolve.core.errors import CodevolveError
+from codevolve.services.cli.options import db_option
+
+DECOMPOSITIONS, TRITON, MODULE = "decompositions", "triton", "module"
+FORMATS = (DECOMPOSITIONS, TRITON, MODULE)
+DEFAULT_FILES = {TRITON: "gemm_kernel.py", MODULE: "model_new.py"}  # named in a printed module
+
+
+def register(sub: Any) -> None:
+    """Add ``export`` to the ``codevolve`` parser's subcommands."""
+    export = sub.add_parser(
+        "export", help="a job's result: verified decompositions, or its best kernel as a module"
+    )
+    export.add_argument("job")
+    export.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=DECOMPOSITIONS,
+        help="decompositions (matmul-tensor jobs, the default); triton (gemm-kernel-gpu jobs: a "
+        "module with matmul(a, w) and its test); module (KernelBench jobs: ModelNew, the "
+        "reference and a test comparing them)",
+    )
+    export.add_argument("--json", action="store_true", help="decompositions as JSON")
+    export.add_argument(
+        "--out", type=Path, help="write the file here instead of printing it (decompositions: JSON)"
+    )
+    db_option(export)
+    export.set_defaults(handler=_cmd_export)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from codevolve.services.cli.export.errors import ExportRefused
+
+    out: Path | None = args.out
+    if out is not None and not out.parent.is_dir():
+        raise CodevolveError(f"--out {out}: no folder {out.parent}; create it first")
+    if args.json and args.format != DECOMPOSITIONS:
+        raise ExportRefused(f"--json applies to --format {DECOMPOSITIONS}, not {args.format}")
+    text = asyncio.run(_export(args, out))
+    if out is None:
+        print(text.rstrip("\n"))
+        return 0
+    out.write_text(text.rstrip("\n") + "\n")
+    if args.format != DECOMPOSITIONS:
+        sys.stderr.write(f"wrote {out}: check it with `pytest {out}` or `python {out}`\n")
+    return 0
+
+
+async def _export(args: argparse.Namespace, out: Path | None) -> str:
+    from codevolve.services.database import reading_session
+
+    file = str(out) if out is not None else DEFAULT_FILES.get(args.format, "")
+    async with reading_session(args.db) as session:
+        if args.format == TRITON:
+            from codevolve.services.cli.export.triton_module import export_triton
+
+            return await export_triton(session, args.job, module=Path(file).stem)
+        if args.format == MODULE:
+            from codevolve.services.cli.export.kernelbench_module import export_model
+
+            return await export_model(session, args.job, file=file)
+        from codevolve.services.cli.export.decompositions import as_text, collect
+
+        document = await collect(session, args.job)
+    if out is not None or args.json:
+        return json.dumps(document, indent=2)
+    return as_text(document)
