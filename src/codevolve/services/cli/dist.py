@@ -63,7 +63,16 @@ def register(sub: Any) -> None:
         const="controllers",
         help="the same as --role controllers",
     )
+    serve.add_argument(
+        "--api-processes",
+        type=at_least(1),
+        default=1,
+        help="API processes (--role all), sharing the port: more answer a burst of requests "
+        "sooner where cores are free; each has its own CODEVOLVE_API_POOL_SIZE connections",
+    )
+    # Set by serve for the API processes it starts (runtime/processes.py, runtime/api_server.py).
     serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
+    serve.add_argument("--listen-fd", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument(
         "--local-workers",
         type=at_least(1),
@@ -247,13 +256,14 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     """0 after SIGTERM or SIGINT; EXIT_FAILED when a part of the server ended on its own (the
-    other was stopped; the log's error line says which and how)."""
+    others were stopped; the log's error line says which and how)."""
     from codevolve.services.runtime.supervisor import SupervisorOptions
 
     url = _redis_url(args, required=False)
     settings = Settings(db=args.db, redis_url=url)
     if args.role == "api":
         return 0 if asyncio.run(_serve_api(args, settings)) else EXIT_FAILED
+    from codevolve.services.runtime.api_server import listening_socket
     from codevolve.services.runtime.server import serve
 
     options = SupervisorOptions(
@@ -263,8 +273,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         proposal_processes=args.proposal_processes,
         max_running_jobs=args.max_running_jobs or settings.max_running_jobs,
     )
-    api = _api_command(args, url) if args.role == "all" else None
-    ended = asyncio.run(serve(args.db, url, options, api=api))
+    if args.role == "controllers":
+        return 0 if asyncio.run(serve(args.db, url, options, api=())) is None else EXIT_FAILED
+    # The port is bound here, before anything starts: a port in use is one line, and the API
+    # processes share this one socket (each accepts from it).
+    with listening_socket(args.host, args.port) as listener:
+        api = [
+            _api_command(args, url, listener.fileno(), number)
+            for number in range(1, args.api_processes + 1)
+        ]
+        ended = asyncio.run(serve(args.db, url, options, api=api))
     return 0 if ended is None else EXIT_FAILED
 
 
@@ -272,21 +290,28 @@ async def _serve_api(args: argparse.Namespace, settings: Settings) -> bool:
     from codevolve.services.runtime.api_server import ApiOptions, serve_api
 
     options = ApiOptions(
-        host=args.host, port=args.port, key_prefix=args.key_prefix, parent_pid=args.parent_pid
+        host=args.host,
+        port=args.port,
+        key_prefix=args.key_prefix,
+        parent_pid=args.parent_pid,
+        listen_fd=args.listen_fd,
     )
     return await serve_api(settings, options)
 
 
-def _api_command(args: argparse.Namespace, redis_url: str | None) -> Command:
-    """``serve --role api`` as this serve's child. The database and Redis URLs go in its
-    environment, not its command line, where ``ps`` would show their passwords."""
+def _api_command(args: argparse.Namespace, redis_url: str | None, fd: int, number: int) -> Command:
+    """``serve --role api`` as this serve's child, accepting on the socket ``fd``. The database
+    and Redis URLs go in its environment, not its command line, where ``ps`` would show their
+    passwords."""
     argv = [sys.executable, "-m", CLI_MODULE]
     if args.log_level:
         argv += ["--log-level", args.log_level]
     argv += ["serve", "--role", "api", "--host", args.host, "--port", str(args.port)]
     argv += ["--key-prefix", args.key_prefix, "--parent-pid", str(os.getpid())]
+    argv += ["--listen-fd", str(fd)]
     env = {name: value for name, value in os.environ.items() if name != "CODEVOLVE_REDIS_URL"}
     env["CODEVOLVE_DB"] = args.db
     if redis_url is not None:
         env["CODEVOLVE_REDIS_URL"] = redis_url
-    return Command(name="API", argv=tuple(argv), env=env)
+    name = "API" if args.api_processes == 1 else f"API {number}"
+    return Command(name=name, argv=tuple(argv), env=env, pass_fds=(fd,))

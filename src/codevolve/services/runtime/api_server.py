@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from dataclasses import dataclass
 
 import uvicorn
 from redis.asyncio import Redis
 
+from codevolve.core.errors import ConfigError
 from codevolve.evaluator_workers.redis_keys import DEFAULT_PREFIX, RedisKeys
 from codevolve.program_db.engine import create_engine, session_factory
 from codevolve.services.api.app import create_app
@@ -30,6 +32,7 @@ log = logging.getLogger(__name__)
 # seconds open requests get to finish once the API is asked to stop; under the parent's
 # processes.STOP_GRACE_S, so that a stop is never a kill
 GRACEFUL_SHUTDOWN_S = 5
+BACKLOG = 2048  # connections waiting to be accepted (uvicorn's own default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,7 @@ class ApiOptions:
     port: int = 8000
     key_prefix: str = DEFAULT_PREFIX  # of the workers' heartbeats in Redis
     parent_pid: int | None = None  # started by serve: stop when that process is gone
+    listen_fd: int | None = None  # started by serve: accept on its socket, shared by every API
 
 
 async def serve_api(settings: Settings, options: ApiOptions) -> bool:
@@ -66,13 +70,14 @@ async def serve_api(settings: Settings, options: ApiOptions) -> bool:
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         )
         server = uvicorn.Server(config)
-        log.info("the API listens on http://%s:%d", options.host, options.port)
+        sockets = None if options.listen_fd is None else [socket.socket(fileno=options.listen_fd)]
+        log.info("the API answers on http://%s:%d", options.host, options.port)
         async with asyncio.TaskGroup() as tg:
             if options.parent_pid is not None:
                 tg.create_task(stop_with_parent(options.parent_pid, stop))
             tg.create_task(_exit_on(stop, server))
             try:
-                await server.serve()
+                await server.serve(sockets=sockets)
             finally:
                 asked = stop.is_set()
                 stop.set()
@@ -81,6 +86,15 @@ async def serve_api(settings: Settings, options: ApiOptions) -> bool:
         if redis is not None:
             await redis.aclose()
         await engine.dispose()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The API's socket, bound and listening, for ``serve`` to hand to its API processes; a
+    port that cannot be used is a ConfigError naming it."""
+    try:
+        return socket.create_server((host, port), backlog=BACKLOG)
+    except OSError as exc:
+        raise ConfigError(f"--host {host} --port {port}: cannot listen there: {exc}") from exc
 
 
 async def _exit_on(stop: asyncio.Event, server: uvicorn.Server) -> None:

@@ -130,6 +130,7 @@ class Command:
     name: str  # the part, in messages: "the API process exited with code 1"
     argv: tuple[str, ...]
     env: Mapping[str, str]  # the child's whole environment
+    pass_fds: tuple[int, ...] = ()  # file descriptors the child inherits (a listening socket)
 
 
 @contextlib.asynccontextmanager
@@ -137,7 +138,7 @@ async def child_process(command: Command) -> AsyncIterator[Child]:
     """Start ``command`` as a child of this process for the block; it is stopped (and waited
     for) when the block ends, however it ends."""
     process = await asyncio.create_subprocess_exec(
-        *command.argv, env=dict(command.env), process_group=0
+        *command.argv, env=dict(command.env), pass_fds=command.pass_fds, process_group=0
     )
     child = Child(command.name, process)
     log.info("the %s process started (pid %d)", command.name, process.pid)

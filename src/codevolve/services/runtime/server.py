@@ -15,7 +15,9 @@ SIGTERM or SIGINT stop both; if either part ends on its own, the other is stoppe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Sequence
 
 from redis.asyncio import Redis
 
@@ -30,25 +32,23 @@ log = logging.getLogger(__name__)
 
 
 async def serve(
-    db: str, redis_url: str | None, options: SupervisorOptions, *, api: Command | None
+    db: str, redis_url: str | None, options: SupervisorOptions, *, api: Sequence[Command]
 ) -> Ended | None:
-    """Migrate ``db``, start ``api`` (the API's child process; None: controllers only), and run
-    the controllers until SIGTERM or SIGINT. Returns how the API process ended when it ended on
-    its own (the controllers were then stopped), None after a requested stop."""
+    """Migrate ``db``, start the ``api`` processes (none: the controllers only), and run the
+    controllers until SIGTERM or SIGINT. Returns how an API process ended when one ended on its
+    own (everything else was then stopped), None after a requested stop."""
     tune_gc()
     async with open_database(db, write=True):
         pass  # migrated to head; each role has an engine of its own
     stop = asyncio.Event()
     stop_on_signals(stop)
-    if api is None:
-        await run_controllers(db, redis_url, options, stop)
-        log.info("serve stopped")
-        return None
-    async with child_process(api) as child, asyncio.TaskGroup() as tg:
-        tg.create_task(run_controllers(db, redis_url, options, stop))
-        watched = tg.create_task(child.watch(stop))
+    async with contextlib.AsyncExitStack() as children:
+        started = [await children.enter_async_context(child_process(part)) for part in api]
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(run_controllers(db, redis_url, options, stop))
+            watches = [tg.create_task(child.watch(stop)) for child in started]
     log.info("serve stopped")
-    return watched.result()
+    return next((ended for watch in watches if (ended := watch.result()) is not None), None)
 
 
 async def run_controllers(
