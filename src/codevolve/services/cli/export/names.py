@@ -116,8 +116,8 @@ def _import_renamed(node: ast.Import | ast.ImportFrom, renames: Mapping[str, str
 def _name_edits(
     source: str, renames: Mapping[str, str], skipped: list[tuple[Position, Position]]
 ) -> list[tuple[Position, Position, str]]:
-    """Edits for every token of a renamed name used as a variable (not an attribute after a
-    dot, not a keyword argument of a call, not inside an import written again)."""
+    """Edits for every token of a renamed name used as a variable: not an attribute after a
+    dot, not a keyword argument of a call, not inside an import (those are written again whole)."""
     tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)]
     significant = [t for t in tokens if t.type not in _SKIPPED]
     brackets: list[str] = []  # "params" for a def's parameter list, else the bracket itself
