@@ -1,0 +1,206 @@
+"""Mutations of a KernelBench ``ModelNew`` for the simulated proposer: templates, rewrites, tuning.
+
+- ``template``: the parent's forward computes a recognised pattern
+  (:mod:`codevolve.problems.kernelbench.patterns`): the EVOLVE block gets Triton's imports, the
+  template's kernels (:mod:`codevolve.problems.kernelbench.templates`) and a forward launching
+  them; the parent's forward stays as ``forward_torch``, the fallback for inputs the kernels do
+  not take. A parent that already holds a template is left to ``tune``.
+- ``rewrite``: one pure-torch rewrite of the returned expression (``torch.diag(a) @ B`` as a
+  broadcast product, ``torch.max(x, dim)[0]`` as ``amax``, the cat/narrow exclusive cumsum as
+  ``cumsum(x) - x``, an elementwise chain as the fused built-in it equals); the forward's body
+  becomes one ``return``.
+- ``tune``: one tunable constant of a template (a line ``NAME = v  # tune: a|b|c``) to a
+  neighbouring value of its list, or now and then to any value of it.
+
+Programs are read with ``ast``, never run. Each edit is one hunk unique in the parent and inside
+its EVOLVE block, and the child parses; a mutation that does not apply returns None.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from codevolve.core.diff import Diff, Hunk, unique_line_hunk
+from codevolve.core.evolve_block import layout
+from codevolve.core.problem import Mutation
+from codevolve.core.prompt import Prompt
+from codevolve.core.pysource import check_parses, parse_python
+from codevolve.problems.kernelbench.patterns import (
+    method,
+    model_class,
+    recognise,
+    replace,
+    rewrites,
+)
+from codevolve.problems.kernelbench.templates import (
+    FALLBACK_METHOD,
+    IMPORTS,
+    MARKER,
+    TUNE,
+    template_for,
+)
+
+KIND_WEIGHTS = {"template": 3.0, "rewrite": 2.0, "tune": 3.0}
+JUMP_SHARE = 0.25  # how often tune jumps to any listed value instead of a neighbour
+_TUNABLE = re.compile(
+    r"^(?P<name>[A-Z_][A-Z0-9_]*) = (?P<value>-?\d+)\s+# tune: (?P<values>[-\d|]+)$"
+)
+
+Edit = Callable[[str, ast.Module, np.random.Generator], Hunk | None]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelBenchMutation:
+    kind: str
+    edit: Edit
+    weight: float = 1.0
+
+    def propose(self, prompt: Prompt, rng: np.random.Generator) -> str | None:
+        source = prompt.parent.source
+        try:
+            tree = parse_python(source)
+        except (SyntaxError, ValueError):
+            return None
+        hunk = self.edit(source, tree, rng)
+        if hunk is None:
+            return None
+        child = source.replace(hunk.search, hunk.replace, 1)
+        try:
+            check_parses(child)
+        except (SyntaxError, ValueError):
+            return None
+        return Diff((hunk,)).render()
+
+
+def _region(source: str, first: int, last: int) -> tuple[int, int] | None:
+    """The EVOLVE region (line indices ``[first, stop)``) holding lines ``first..last``."""
+    region = layout(source).region_of_lines(first, last)
+    return None if region is None else region.lines
+
+
+def _holds_template(source: str) -> bool:
+    return any(line.startswith(MARKER) for line in source.split("\n"))
+
+
+def template(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | None:
+    """Replace the class ModelNew by the template's module text and a class launching it."""
+    del rng
+    cls = model_class(tree)
+    found = recognise(tree)
+    if cls is None or found is None or _holds_template(source) or method(cls, FALLBACK_METHOD):
+        return None
+    forward = method(cls, "forward")
+    assert forward is not None  # recognise found it
+    lines = source.split("\n")
+    first, stop = _first_line(cls), cls.end_lineno or cls.lineno
+    region = _region(source, first, stop - 1)
+    if region is None:
+        return None
+    built = template_for(found.pattern, found.forward)
+    returns = f" -> {found.forward.returns_source}" if found.forward.returns_source else ""
+    kept = _lines(lines, forward)
+    kept[forward.lineno - 1 - _first_line(forward)] = kept[
+        forward.lineno - 1 - _first_line(forward)
+    ].replace("def forward(", f"def {FALLBACK_METHOD}(", 1)
+    members = [
+        line for node in cls.body if node is not forward for line in [*_lines(lines, node), ""]
+    ]
+    new = [
+        *IMPORTS.rstrip("\n").split("\n"),
+        "",
+        *built.module.rstrip("\n").split("\n"),
+        "",
+        "",
+        *[line for line in lines[first : _first_line(cls.body[0])] if line.strip()],
+        *members,
+        f"    def forward({found.forward.args_source}){returns}:",
+        built.forward,
+        "",
+        "    # the parent's forward: the fallback for inputs the kernels do not take",
+        *kept,
+    ]
+    return unique_line_hunk(source, start=first, end=stop, new_lines=new, region=region)
+
+
+def _first_line(node: ast.stmt) -> int:
+    """The 0-based first line of a statement, its decorators included."""
+    decorators = getattr(node, "decorator_list", [])
+    return (decorators[0].lineno if decorators else node.lineno) - 1
+
+
+def _lines(lines: list[str], node: ast.stmt) -> list[str]:
+    return lines[_first_line(node) : node.end_lineno or node.lineno]
+
+
+def rewrite(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | None:
+    """One rewrite of forward's returned expression; the body becomes that one ``return``."""
+    cls = model_class(tree)
+    forward = method(cls, "forward") if cls is not None else None
+    if forward is None:
+        return None
+    params = [a.arg for a in forward.args.args[1:]]
+    expr, found = rewrites(forward, params)
+    if not found:
+        return None
+    chosen = found[int(rng.integers(len(found)))]
+    body = forward.body
+    docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+    statements = body[1:] if docstring else body
+    if not statements:
+        return None
+    lines = source.split("\n")
+    start, stop = statements[0].lineno - 1, statements[-1].end_lineno or statements[-1].lineno
+    region = _region(source, start, stop - 1)
+    if region is None:
+        return None
+    indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
+    new = [f"{indent}return {replace(expr, chosen.target, chosen.source)}"]
+    return unique_line_hunk(source, start=start, end=stop, new_lines=new, region=region)
+
+
+def tune(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | None:
+    """One tunable constant of a template moved within its listed values."""
+    del tree
+    if not _holds_template(source):
+        return None
+    lines = source.split("\n")
+    spans = layout(source).regions
+    tunables = [
+        (index, match)
+        for index, line in enumerate(lines)
+        if (match := _TUNABLE.match(line)) is not None
+        and any(r.first_line <= index < r.end_line for r in spans)
+    ]
+    if not tunables:
+        return None
+    index, match = tunables[int(rng.integers(len(tunables)))]
+    values = [int(v) for v in match["values"].split("|") if v]
+    current = int(match["value"])
+    others = [v for v in values if v != current]
+    if not others:
+        return None
+    if current not in values or rng.random() < JUMP_SHARE:
+        value = others[int(rng.integers(len(others)))]
+    else:
+        at = values.index(current)
+        steps = [values[i] for i in (at - 1, at + 1) if 0 <= i < len(values)]
+        value = steps[int(rng.integers(len(steps)))]
+    region = _region(source, index, index)
+    if region is None:
+        return None
+    new_line = f"{match['name']} = {value}  {TUNE} {match['values']}"
+    return unique_line_hunk(source, start=index, end=index + 1, new_lines=[new_line], region=region)
+
+
+def kernel_mutations() -> tuple[Mutation, ...]:
+    """The KernelBench moves, weighted for the simulated proposer."""
+    return (
+        KernelBenchMutation("template", template, KIND_WEIGHTS["template"]),
+        KernelBenchMutation("rewrite", rewrite, KIND_WEIGHTS["rewrite"]),
+        KernelBenchMutation("tune", tune, KIND_WEIGHTS["tune"]),
+    )

@@ -1,0 +1,498 @@
+"""KernelBench mutations: each pattern's template and rewrite applies, passes the rules and
+computes what the parent computes.
+
+Rewrites run on the CPU with torch. Templates run in Triton's interpreter (TRITON_INTERPRET=1) on
+CPU tensors, and their kernels are compiled for sm_90 with the launch signatures the interpreter
+saw (Triton compiles without a GPU), so a kernel that would not build on an H100/H200 fails here.
+"""
+
+# ruff: noqa: E501  (the cases are one-line programs)
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+from codevolve.core.diff import Applied
+from codevolve.core.kernel_rules import check_model_new
+from codevolve.core.prompt import ProgramView, Prompt
+from codevolve.problems.kernelbench.mutations import kernel_mutations
+from codevolve.problems.kernelbench.templates import MARKER
+from codevolve.prompt_sampler.search_replace import apply_answer
+
+torch = pytest.importorskip("torch")
+
+HEAD = """\"\"\"KernelBench problem {name}: ModelNew must compute what the reference Model computes.\"\"\"
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+batch_size = 4
+dim = 1
+
+# EVOLVE-BLOCK-START
+class ModelNew(nn.Module):
+    def __init__(self{init_args}):
+        super().__init__()
+{init_body}
+    def forward(self, {forward_args}):
+        \"\"\"The reference's computation.\"\"\"
+{body}
+# EVOLVE-BLOCK-END
+"""
+
+
+def program(name: str, forward_args: str, body: str, init_args: str = "", init: str = "") -> str:
+    return HEAD.format(
+        name=name,
+        init_args=init_args,
+        init_body="".join(f"        {line}\n" for line in init.split("\n") if line),
+        forward_args=forward_args,
+        body="\n".join(f"        {line}" for line in body.split("\n")),
+    )
+
+
+def rand(*shape: int) -> Any:
+    return torch.rand(*shape)
+
+
+def randn(*shape: int) -> Any:
+    return torch.randn(*shape)
+
+
+DIM = (", dim: int = 1", "self.dim = dim")
+# name: (program, init inputs, inputs); sizes small enough for Triton's interpreter
+CASES: dict[str, tuple[str, tuple[Any, ...], Callable[[], list[Any]]]] = {
+    "swish": (program("swish", "x: torch.Tensor", "return x * torch.sigmoid(x)"), (), lambda: [randn(5, 300)]),
+    "leaky_relu": (
+        program(
+            "leaky_relu",
+            "x",
+            "return torch.nn.functional.leaky_relu(x, negative_slope=self.negative_slope)",
+            ", negative_slope: float = 0.01",
+            "self.negative_slope = negative_slope",
+        ),
+        (0.05,),
+        lambda: [randn(5, 300)],
+    ),
+    "gelu_tanh": (
+        program(
+            "gelu_tanh",
+            "x",
+            "return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))",
+        ),
+        (),
+        lambda: [randn(5, 300) * 3],
+    ),
+    "selu": (program("selu", "x", "return torch.selu(x)"), (), lambda: [randn(5, 300)]),
+    "softplus": (program("softplus", "x", "return F.softplus(x)"), (), lambda: [randn(5, 300) * 10]),
+    "hardsigmoid": (program("hardsigmoid", "x", "return F.hardsigmoid(x)"), (), lambda: [randn(5, 300) * 4]),
+    "elu": (
+        program("elu", "x", "return F.elu(x, alpha=self.alpha)", ", alpha: float = 1.0", "self.alpha = alpha"),
+        (0.7,),
+        lambda: [randn(5, 300)],
+    ),
+    "hardtanh": (program("hardtanh", "x", "return F.hardtanh(x, min_val=-1., max_val=1.)"), (), lambda: [randn(5, 300) * 2]),
+    "softsign": (program("softsign", "x", "return x / (1 + torch.abs(x))"), (), lambda: [randn(5, 300)]),
+    "scalar_multiply": (program("scalar_multiply", "A: torch.Tensor, s: float", "return A * s"), (), lambda: [randn(5, 300), 3.5]),
+    "softmax": (program("softmax", "x", "return torch.softmax(x, dim=self.dim)", *DIM), (1,), lambda: [randn(6, 5000)]),
+    "log_softmax": (program("log_softmax", "x", "return torch.log_softmax(x, dim=self.dim)", *DIM), (1,), lambda: [randn(6, 5000)]),
+    "sum_keepdim": (
+        program("sum_keepdim", "x", "return torch.sum(x, dim=self.dim, keepdim=True)", *DIM),
+        (1,),
+        lambda: [rand(3, 70, 45)],
+    ),
+    "mean": (program("mean", "x", "return torch.mean(x, dim=self.dim)", *DIM), (1,), lambda: [rand(3, 70, 45)]),
+    "max": (program("max", "x", "return torch.max(x, dim=self.dim)[0]", *DIM), (1,), lambda: [randn(3, 70, 45)]),
+    "min_last": (program("min_last", "x", "return torch.min(x, dim=self.dim)[0]", *DIM), (2,), lambda: [randn(3, 70, 45)]),
+    "rms_norm": (
+        program(
+            "rms_norm",
+            "x",
+            "rms = torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + self.eps)\nreturn x / rms",
+            ", num_features: int, eps: float = 1e-5",
+            "self.num_features = num_features\nself.eps = eps",
+        ),
+        (16,),
+        lambda: [rand(3, 16, 9, 7)],
+    ),
+    "l1_norm": (program("l1_norm", "x", "return x / torch.mean(torch.abs(x), dim=1, keepdim=True)"), (), lambda: [rand(7, 5000)]),
+    "l2_norm": (program("l2_norm", "x", "return x / torch.norm(x, p=2, dim=1, keepdim=True)"), (), lambda: [rand(7, 5000)]),
+    "frobenius": (program("frobenius", "x", "norm = torch.norm(x, p='fro')\nreturn x / norm"), (), lambda: [rand(3, 4, 50, 60)]),
+    "layer_norm": (
+        program(
+            "layer_norm",
+            "x",
+            "return self.ln(x)",
+            ", normalized_shape: tuple",
+            "self.ln = nn.LayerNorm(normalized_shape=normalized_shape)",
+        ),
+        ((4, 20, 30),),
+        lambda: [rand(3, 4, 20, 30) + 5],
+    ),
+    "mse": (
+        program("mse", "predictions, targets", "return torch.mean((predictions - targets) ** 2)"),
+        (),
+        lambda: [randn(40, 300), randn(40, 300)],
+    ),
+    "hinge": (
+        program("hinge", "predictions, targets", "return torch.mean(torch.clamp(1 - predictions * targets, min=0))"),
+        (),
+        lambda: [randn(300, 300), torch.randint(0, 2, (300,)).float() * 2 - 1],
+    ),
+    "huber": (
+        program("huber", "predictions, targets", "return torch.nn.functional.smooth_l1_loss(predictions, targets)"),
+        (),
+        lambda: [randn(40, 300) * 2, randn(40, 300)],
+    ),
+    "kl_div": (
+        program(
+            "kl_div",
+            "predictions, targets",
+            "return torch.nn.functional.kl_div(torch.log(predictions), targets, reduction='batchmean')",
+        ),
+        (),
+        lambda: [rand(64, 300).softmax(-1), rand(64, 300).softmax(-1)],
+    ),
+    "cumsum": (program("cumsum", "x", "return torch.cumsum(x, dim=self.dim)", *DIM), (1,), lambda: [rand(5, 5000)]),
+    "cumsum_reverse": (
+        program("cumsum_reverse", "x", "return torch.cumsum(x.flip(self.dim), dim=self.dim).flip(self.dim)", *DIM),
+        (1,),
+        lambda: [rand(5, 5000)],
+    ),
+    "cumsum_exclusive": (
+        program(
+            "cumsum_exclusive",
+            "x",
+            "exclusive_cumsum = torch.cat((torch.zeros_like(x.select(self.dim, 0).unsqueeze(self.dim)), x), "
+            "dim=self.dim).narrow(self.dim, 0, x.size(dim))\nreturn torch.cumsum(exclusive_cumsum, dim=self.dim)",
+            *DIM,
+        ),
+        (1,),
+        lambda: [rand(5, 5000)],
+    ),
+    "cumsum_masked": (
+        program("cumsum_masked", "x, mask", "return torch.cumsum(x * mask, dim=self.dim)", *DIM),
+        (1,),
+        lambda: [rand(5, 5000), torch.randint(0, 2, (5, 5000)).bool()],
+    ),
+    "diag_matmul": (program("diag_matmul", "A, B", "return torch.diag(A) @ B"), (), lambda: [rand(70), rand(70, 50)]),
+    "matmul": (program("matmul", "A, B", "return torch.matmul(A, B)"), (), lambda: [rand(70, 90), rand(90, 50)]),
+    "matmul_transposed": (
+        program("matmul_transposed", "A, B", "return torch.matmul(A.T, B.T)"),
+        (),
+        lambda: [rand(90, 70), rand(50, 90)],
+    ),
+    "bmm": (program("bmm", "A, B", "return torch.bmm(A, B)"), (), lambda: [rand(3, 70, 90), rand(3, 90, 50)]),
+    "triu_matmul": (
+        program("triu_matmul", "A, B", "return torch.triu(torch.matmul(A, B))"),
+        (),
+        lambda: [torch.triu(rand(130, 130)), torch.triu(rand(130, 130))],
+    ),
+    "tril_matmul": (
+        program("tril_matmul", "A, B", "return torch.tril(torch.matmul(A, B))"),
+        (),
+        lambda: [torch.tril(rand(130, 130)), torch.tril(rand(130, 130))],
+    ),
+}  # fmt: skip
+TEMPLATED = [name for name in CASES if name != "diag_matmul"]
+REWRITTEN = ["swish", "gelu_tanh", "max", "min_last", "cumsum_exclusive", "diag_matmul"]
+CONVOLUTION = program(
+    "conv", "x", "return self.conv(x)", ", c: int = 3", "self.conv = nn.Conv2d(c, c, 3)"
+)
+MUTATIONS = {m.kind: m for m in kernel_mutations()}
+
+
+def prompt(source: str) -> Prompt:
+    parent = ProgramView(id="parent", source=source, score=1.0)
+    return Prompt("job", "kernelbench", 0, 0, parent, (), {}, context="", text="")
+
+
+def child(kind: str, source: str, seed: int = 0) -> str:
+    answer = MUTATIONS[kind].propose(prompt(source), np.random.default_rng(seed))
+    assert answer is not None, f"{kind} did not apply"
+    applied = apply_answer(source, answer)
+    assert isinstance(applied, Applied), applied
+    assert "class ModelNew(nn.Module):" in applied.source
+    assert check_model_new(applied.source) == ""
+    return applied.source
+
+
+def load(source: str, tmp_path: Path, name: str) -> ModuleType:
+    """Import ``source`` from a file (triton.jit reads its kernels' source from one)."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def compare(name: str, candidate: str, tmp_path: Path) -> None:
+    """The candidate's ModelNew against the parent's on the case's inputs, within 1e-4."""
+    parent, init, make = CASES[name]
+    torch.manual_seed(0)
+    inputs = make()
+    reference = load(parent, tmp_path, f"reference_{name}").ModelNew(*init)
+    model = load(candidate, tmp_path, f"candidate_{name}").ModelNew(*init)
+    if name == "layer_norm":  # weights away from 1 and 0, shared by both
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.rand_like(p))
+        reference.load_state_dict(model.state_dict())
+    snapshot = [i.clone() if isinstance(i, torch.Tensor) else i for i in inputs]
+    want = reference(*inputs)
+    got = model(*inputs)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    for before, after in zip(snapshot, inputs, strict=True):
+        if isinstance(before, torch.Tensor):
+            assert torch.equal(before, after), "the candidate wrote into its inputs"
+
+
+@pytest.mark.parametrize("name", TEMPLATED)
+def test_template_applies_and_keeps_the_rules(name: str) -> None:
+    source = child("template", CASES[name][0])
+    assert MARKER in source
+    assert "import triton.language as tl" in source
+    assert "def forward_torch(" in source  # the parent's forward, kept as the fallback
+
+
+@pytest.mark.parametrize("name", REWRITTEN)
+def test_rewrite_computes_what_the_parent_computes(name: str, tmp_path: Path) -> None:
+    source = child("rewrite", CASES[name][0])
+    assert "triton" not in source
+    compare(name, source, tmp_path)
+
+
+def test_rewrites_name_the_fused_builtins() -> None:
+    assert "silu(x)" in child("rewrite", CASES["swish"][0])
+    assert "approximate='tanh'" in child("rewrite", CASES["gelu_tanh"][0])
+    assert "torch.amax(x" in child("rewrite", CASES["max"][0])
+    assert ".unsqueeze(1) * B" in child("rewrite", CASES["diag_matmul"][0])
+
+
+def test_nothing_applies_to_an_unrecognised_forward() -> None:
+    for kind in ("template", "rewrite", "tune"):
+        assert MUTATIONS[kind].propose(prompt(CONVOLUTION), np.random.default_rng(0)) is None
+    assert (
+        MUTATIONS["rewrite"].propose(prompt(CASES["softmax"][0]), np.random.default_rng(0)) is None
+    )
+
+
+def test_tune_moves_one_listed_constant_of_a_template_only() -> None:
+    plain = CASES["matmul"][0]
+    assert MUTATIONS["tune"].propose(prompt(plain), np.random.default_rng(0)) is None
+    templated = child("template", plain)
+    assert MUTATIONS["template"].propose(prompt(templated), np.random.default_rng(0)) is None
+    tunable = re.compile(r"^(\w+) = (\d+)  # tune: ([\d|]+)$", re.MULTILINE)
+    before = {m[1]: (int(m[2]), m[3]) for m in tunable.finditer(templated)}
+    moved = set()
+    for seed in range(40):
+        after = {m[1]: (int(m[2]), m[3]) for m in tunable.finditer(child("tune", templated, seed))}
+        changed = [k for k in before if after[k][0] != before[k][0]]
+        assert len(changed) == 1
+        value, listed = after[changed[0]]
+        assert str(value) in listed.split("|")
+        moved.add(changed[0])
+    assert {"BLOCK_M", "BLOCK_K", "NUM_WARPS", "NUM_STAGES"} <= moved
+
+
+def test_mutations_are_deterministic_given_the_generator() -> None:
+    templated = child("template", CASES["softmax"][0])
+    runs = [
+        MUTATIONS["tune"].propose(prompt(templated), np.random.default_rng(7)) for _ in range(2)
+    ]
+    assert runs[0] == runs[1]
+
+
+# --- the templates' kernels: run in Triton's interpreter, compiled for sm_90 --------------------
+
+# Triton's interpreter must be switched on before triton is first imported (its standard library
+# is jitted at import), so the kernels run in a child process, all cases in one.
+DRIVER = r"""
+import importlib.util, inspect, json, os, sys, traceback
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+from triton.runtime.interpreter import InterpretedFunction
+
+launches = []
+original = InterpretedFunction.run
+
+
+def run(self, *args, grid, warmup, **kwargs):
+    launches.append((self.fn, args, dict(kwargs)))
+    return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+
+InterpretedFunction.run = run
+TYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "bool": "i1", "int64": "i64"}
+
+
+def launch_signature(fn, args, kwargs):
+    # what triton.compile needs to build this launch: argument types, constexprs, options
+    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+    parameters = inspect.signature(fn).parameters
+    signature, constexprs = {}, {}
+    for name, value in inspect.signature(fn).bind(*args, **kwargs).arguments.items():
+        if "constexpr" in str(parameters[name].annotation):
+            signature[name], constexprs[name] = "constexpr", value
+        elif isinstance(value, torch.Tensor):
+            signature[name] = "*" + TYPES[str(value.dtype).removeprefix("torch.")]
+        elif isinstance(value, float):
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i64" if abs(int(value)) >= 2**31 else "i32"
+    return {"kernel": fn.__name__, "signature": signature, "constexprs": constexprs,
+            "options": options}
+
+
+for case in json.load(open(sys.argv[1])):
+    launches.clear()
+    try:
+        spec = importlib.util.spec_from_file_location(case["name"], case["candidate"])
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        init, inputs, state = torch.load(case["data"])
+        model = module.ModelNew(*init)
+        if state:
+            model.load_state_dict(state)
+        result = model(*inputs)
+        signatures = [launch_signature(fn, args, kwargs) for fn, args, kwargs in launches]
+        torch.save({"result": result, "inputs": inputs, "launches": signatures}, case["out"])
+    except Exception:
+        torch.save({"error": traceback.format_exc()}, case["out"])
+"""
+# Compiles the launches the interpreter saw for sm_90 (Triton needs no GPU for that), in a
+# process where the interpreter is off.
+COMPILER = r"""
+import importlib.util, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+compiled = {}
+for case in json.load(open(sys.argv[1])):
+    spec = importlib.util.spec_from_file_location(case["name"], case["candidate"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for launch in case["launches"]:
+        source = ASTSource(fn=getattr(module, launch["kernel"]), signature=launch["signature"],
+                           constexprs=launch["constexprs"])
+        binary = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=launch["options"])
+        assert binary.asm["cubin"], launch
+        compiled.setdefault(case["name"], []).append(launch["kernel"])
+print(json.dumps(compiled))
+"""
+
+
+def _child_process(directory: Path, script: str, name: str, manifest: Path) -> str:
+    path = directory / name
+    path.write_text(script)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, str(path), str(manifest)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def run_kernels(directory: Path, *, compile_kernels: bool) -> dict[str, dict[str, Any]]:
+    """Each templated case's candidate run by the interpreter: its result, inputs afterwards,
+    launch count (and kernels compiled for sm_90), with the reference's result beside them."""
+    pytest.importorskip("triton")
+    cases, references = [], {}
+    for name in TEMPLATED:
+        parent, init, make = CASES[name]
+        torch.manual_seed(0)
+        inputs = make()
+        reference = load(parent, directory, f"reference_{name}").ModelNew(*init)
+        state = {}
+        if name == "layer_norm":  # weights away from 1 and 0, shared by both
+            with torch.no_grad():
+                for p in reference.parameters():
+                    p.copy_(torch.rand_like(p))
+            state = reference.state_dict()
+        data = directory / f"{name}.pt"
+        torch.save(
+            (init, [i.clone() if isinstance(i, torch.Tensor) else i for i in inputs], state), data
+        )
+        references[name] = (reference(*inputs), inputs)
+        candidate = directory / f"candidate_{name}.py"
+        candidate.write_text(child("template", parent))
+        cases.append(
+            {
+                "name": name,
+                "candidate": str(candidate),
+                "data": str(data),
+                "out": str(directory / f"{name}.out"),
+            }
+        )
+    manifest = directory / "cases.json"
+    manifest.write_text(json.dumps(cases))
+    _child_process(directory, DRIVER, "driver.py", manifest)
+    results = {}
+    for case in cases:
+        out = torch.load(case["out"])
+        out["want"], out["original_inputs"] = references[case["name"]]
+        results[case["name"]] = out
+        case["launches"] = out.get("launches", [])
+    if compile_kernels:
+        manifest.write_text(json.dumps(cases))
+        compiled = json.loads(_child_process(directory, COMPILER, "compiler.py", manifest))
+        for name, kernels in compiled.items():
+            results[name]["compiled"] = kernels
+    return results
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    return run_kernels(tmp_path_factory.mktemp("interpreted"), compile_kernels=False)
+
+
+def check_run(run: dict[str, Any]) -> None:
+    assert "error" not in run, run.get("error")
+    got, want = run["result"], run["want"]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert run["launches"], "the template fell back to torch instead of launching its kernels"
+    for before, after in zip(run["original_inputs"], run["inputs"], strict=True):
+        if isinstance(before, torch.Tensor):
+            assert torch.equal(before, after), "the candidate wrote into its inputs"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TEMPLATED)
+def test_template_computes_what_the_parent_computes(
+    name: str, interpreted: dict[str, dict[str, Any]]
+) -> None:
+    check_run(interpreted[name])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_template_kernels_compile_for_hopper(tmp_path: Path) -> None:
+    runs = run_kernels(tmp_path, compile_kernels=True)
+    for name, run in runs.items():
+        check_run(run)
+        assert len(run["compiled"]) == len(run["launches"]), name
