@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,13 +114,14 @@ class Server:
             )
         self.processes.append(process)
 
-    def start(self, workers: int, concurrency: int) -> None:
+    def start(self, workers: int, concurrency: int, api_processes: int | None) -> None:
         db = _with_database(POSTGRES, self.database)
+        more = [] if api_processes is None else ["--api-processes", str(api_processes)]
         self.spawn(
             "serve",
             [
                 *_cli("--log-level", "INFO", "serve", "--db", db, "--redis", REDIS),
-                *("--port", str(self.port), "--key-prefix", self.prefix),
+                *("--port", str(self.port), "--key-prefix", self.prefix, *more),
             ],
         )
         for index in range(workers):
@@ -218,19 +221,183 @@ def _paths(ids: list[str], count: int) -> list[str]:
     return paths
 
 
-async def _timed(client: httpx.AsyncClient, path: str) -> tuple[str, float, int]:
+@dataclass(frozen=True)
+class Answer:
+    path: str
+    ms: float  # from sending the request to reading the whole answer
+    status: int  # 0: no answer
+    error: str = ""  # for no answer: the transport error's type
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+class LeanClient:
+    """GET requests over HTTP/1.1 keep-alive connections, one request at a time on each, as
+    many connections as requests in flight: the bench's load generator. It shares the machine
+    with the server, so it must cost little: httpx spent 10-12 ms of CPU per request at 200
+    connections here, three times the API's own cost (``--client httpx`` measures with it)."""
+
+    def __init__(self, base: str, headers: dict[str, str]) -> None:
+        url = httpx.URL(base)
+        self._address = (url.host, url.port or 80)
+        lines = [f"Host: {url.host}", *(f"{name}: {value}" for name, value in headers.items())]
+        self._head = "\r\n".join(lines) + "\r\n\r\n"
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def get(self, path: str) -> int:
+        """The answer's status. A kept-alive connection the server closed in the meantime
+        (its keep-alive timeout) is replaced once, as HTTP allows for a GET."""
+        if self._idle:
+            connection = self._idle.pop()
+            try:
+                return await self._exchange(connection, path)
+            except ConnectionClosed:
+                pass
+        return await self._exchange(await asyncio.open_connection(*self._address), path)
+
+    async def _exchange(
+        self, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter], path: str
+    ) -> int:
+        reader, writer = connection
+        try:
+            writer.write(f"GET {path} HTTP/1.1\r\n{self._head}".encode())
+            status_line = await reader.readline()
+            if not status_line:
+                raise ConnectionClosed("closed before the answer")
+            status = int(status_line.split()[1])
+            length, keep = 0, True
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode("latin-1").partition(":")
+                name = name.strip().lower()
+                if name == "content-length":
+                    length = int(value)
+                elif name == "connection":
+                    keep = "close" not in value.lower()
+                elif name == "transfer-encoding":
+                    raise ValueError(f"{path}: {value.strip()} answers are not read here")
+            await reader.readexactly(length)
+        except BaseException:
+            writer.close()
+            raise
+        if keep:
+            self._idle.append(connection)
+        else:
+            writer.close()
+        return status
+
+    async def aclose(self) -> None:
+        for _reader, writer in self._idle:
+            writer.close()
+        self._idle.clear()
+
+
+class ConnectionClosed(ConnectionError):
+    """The server closed a kept-alive connection before answering."""
+
+
+Get = Callable[[str], Awaitable[int]]
+
+
+async def _timed(get: Get, path: str) -> Answer:
     started = time.perf_counter()
     try:
-        status = (await client.get(path)).status_code
-    except httpx.TransportError:
-        status = 0
-    return path, (time.perf_counter() - started) * 1000, status
+        status, error = await get(path), ""
+    except (httpx.TransportError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
+        status, error = 0, type(exc).__name__
+    return Answer(path, (time.perf_counter() - started) * 1000, status, error)
 
 
-async def _burst(client: httpx.AsyncClient, paths: list[str]) -> list[tuple[str, float, int]]:
+async def _burst(get: Get, paths: list[str]) -> list[Answer]:
     async with asyncio.TaskGroup() as tg:
-        tasks = [tg.create_task(_timed(client, path)) for path in paths]
+        tasks = [tg.create_task(_timed(get, path)) for path in paths]
     return [task.result() for task in tasks]
+
+
+# ------------------------------------------------------------------------ CPU, from /proc (Linux)
+
+
+def _ticks(pid: int) -> int:
+    """User and system CPU of one process, in clock ticks (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def _children() -> dict[int, list[int]]:
+    """Every process's children, by the parent pid each one's /proc/PID/stat names."""
+    tree: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+            tree.setdefault(parent, []).append(int(entry.name))
+    return tree
+
+
+def _with_descendants(pid: int, tree: dict[int, list[int]]) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += tree.get(found[-1], [])
+    return found
+
+
+def _machine_busy_ticks() -> tuple[int, int]:
+    """All cores together, since boot: (busy ticks, all ticks)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = values[3] + values[4]  # idle and iowait
+    return sum(values) - idle, sum(values)
+
+
+@dataclass
+class CpuMeter:
+    """CPU spent by each part during the bursts: the API's process (serve's child, when serve
+    runs it in one), the rest of serve (the controllers), the workers and this bench."""
+
+    server: Server
+    start: dict[str, int] = field(default_factory=dict)
+    machine: tuple[int, int] = (0, 0)
+    wall: float = 0.0
+
+    def _parts(self) -> dict[str, int]:
+        tree = _children()
+        serve, *workers = self.server.processes
+        api = [c for c in tree.get(serve.pid, []) if "--role api" in _cmdline(c)]  # one or more
+        rest = [p for p in _with_descendants(serve.pid, tree) if p not in api]
+        return {
+            "API process" + ("es" if len(api) > 1 else ""): sum(_ticks(p) for p in api),
+            "serve (controllers" + (")" if api else ", and the API)"): sum(map(_ticks, rest)),
+            "workers": sum(_ticks(p) for w in workers for p in _with_descendants(w.pid, tree)),
+            "this bench (the client)": _ticks(os.getpid()),
+        }
+
+    def begin(self) -> None:
+        self.start, self.machine, self.wall = self._parts(), _machine_busy_ticks(), time.monotonic()
+
+    def report(self, requests: int) -> None:
+        hz = os.sysconf("SC_CLK_TCK")
+        wall = time.monotonic() - self.wall
+        (busy_now, total_now), (busy_then, total_then) = _machine_busy_ticks(), self.machine
+        share = (busy_now - busy_then) / max(1, total_now - total_then)
+        cores = os.cpu_count() or 1
+        print(f"CPU during the bursts, {wall:.1f} s; the {cores} cores {100 * share:.0f}% busy:")
+        for part, ticks in self._parts().items():
+            spent = (ticks - self.start.get(part, 0)) / hz
+            if spent > 0 or part.startswith("API"):
+                print(f"  {part:28s} {spent:6.2f} s  {1000 * spent / requests:5.2f} ms per request")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 async def _peak_connections(database: str, stop: asyncio.Event, peak: list[int]) -> None:
@@ -252,26 +419,39 @@ def _kind(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
-def _report(
-    results: list[tuple[str, float, int]], server: Server, peak: int, hold_s: float
-) -> None:
-    latencies = np.array([ms for _path, ms, _status in results])
-    errors = sum(1 for _path, _ms, status in results if not 200 <= status < 300)
+def _report(results: list[Answer], server: Server, peak: int, hold_s: float) -> None:
+    latencies = np.array([answer.ms for answer in results])
+    failed = [answer for answer in results if not answer.ok]
     log = server.serve_log()
-    p50, p90, p99 = np.percentile(latencies, [50, 90, 99])
-    print(f"requests {len(results)}: p50 {p50:.1f} ms, p90 {p90:.1f} ms, p99 {p99:.1f} ms")
+    p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
+    print(f"requests {len(results)}: p50 {p50:.1f} ms, p95 {p95:.1f} ms, p99 {p99:.1f} ms")
     for kind in ("jobs", "job", "programs", "health", "workers"):
-        mine = np.array([ms for path, ms, _s in results if _kind(path) == kind])
+        mine = np.array([answer.ms for answer in results if _kind(answer.path) == kind])
         if len(mine):
             p50_kind, p99_kind = np.percentile(mine, [50, 99])
             print(f"  {kind:9s} p50 {p50_kind:7.1f} ms  p99 {p99_kind:7.1f} ms")
-    failed = sorted(
-        {(status, _kind(path)) for path, _ms, status in results if not 200 <= status < 300}
-    )
-    print(f"errors: {errors}" + (f" (status, route: {failed}; 0: no answer)" if failed else ""))
+    kinds = sorted({(a.status or a.error, _kind(a.path)) for a in failed}, key=str)
+    print(f"errors: {len(failed)}" + (f" (status or no answer, route: {kinds})" if kinds else ""))
     print(f"controller restarts: {log.count(RESTART_LINE)} (over {hold_s:.0f} s of running jobs)")
     print(f"pool timeouts: {log.count(POOL_TIMEOUT_LINE)}")
     print(f"database connections held by the server, at most: {peak}")
+
+
+@asynccontextmanager
+async def _load_client(client: httpx.AsyncClient, kind: str) -> AsyncIterator[Get]:
+    """What sends the measured requests, with the token ``client`` holds."""
+    if kind == "httpx":
+
+        async def get(path: str) -> int:
+            return (await client.get(path)).status_code
+
+        yield get
+        return
+    lean = LeanClient(str(client.base_url), {"Authorization": client.headers["Authorization"]})
+    try:
+        yield lean.get
+    finally:
+        await lean.aclose()
 
 
 async def bench(args: argparse.Namespace, server: Server) -> None:
@@ -284,21 +464,24 @@ async def bench(args: argparse.Namespace, server: Server) -> None:
         ids = await _submit(client, args)
         started = time.monotonic()
         stop, peak = asyncio.Event(), [0]
-        async with asyncio.TaskGroup() as tg:
+        async with asyncio.TaskGroup() as tg, _load_client(client, args.client) as get:
             sampler = tg.create_task(_peak_connections(server.database, stop, peak))
             await _wait_running(client, ids)
             print(f"{args.jobs} jobs running after {time.monotonic() - started:.1f} s")
-            results: list[tuple[str, float, int]] = []
-            await _burst(client, _paths(ids, args.requests))  # warm-up: connections, caches
-            alone = [await _timed(client, path) for path in _paths(ids, SEQUENTIAL)]
+            results: list[Answer] = []
+            await _burst(get, _paths(ids, args.requests))  # warm-up: connections, caches
+            alone = [await _timed(get, path) for path in _paths(ids, SEQUENTIAL)]
+            meter = CpuMeter(server)
+            meter.begin()
             for _ in range(args.rounds):
-                results += await _burst(client, _paths(ids, args.requests))
+                results += await _burst(get, _paths(ids, args.requests))
                 await asyncio.sleep(args.pause_s)
+            meter.report(len(results))
             await asyncio.sleep(args.hold_s)  # the jobs keep running: restarts would show
             stop.set()
             await sampler
         _report(results, server, peak[0], time.monotonic() - started)
-        one_by_one = np.percentile([ms for _path, ms, _status in alone], [50, 99])
+        one_by_one = np.percentile([answer.ms for answer in alone], [50, 99])
         print(f"one request at a time ({SEQUENTIAL}): p50 {one_by_one[0]:.1f} ms, ", end="")
         print(f"p99 {one_by_one[1]:.1f} ms")
 
@@ -316,6 +499,15 @@ def main() -> None:
     parser.add_argument(
         "--evaluator-s", type=float, default=0.5, help="seconds per evaluation (0: gemm-tiling)"
     )
+    parser.add_argument(
+        "--api-processes", type=int, default=None, help="serve's --api-processes (its default)"
+    )
+    parser.add_argument(
+        "--client",
+        choices=("lean", "httpx"),
+        default="lean",
+        help="what sends the measured requests (lean: see LeanClient)",
+    )
     args = parser.parse_args()
     database = f"cv_bench_{uuid.uuid4().hex[:10]}"
     prefix = f"cvbench{uuid.uuid4().hex[:8]}"
@@ -323,7 +515,7 @@ def main() -> None:
     server = Server(database, prefix, Path(tempfile.mkdtemp(prefix="codevolve-serve-load-")))
     print(f"logs in {server.logs}")
     try:
-        server.start(args.workers, args.concurrency)
+        server.start(args.workers, args.concurrency, args.api_processes)
         asyncio.run(bench(args, server))
     finally:
         server.stop()

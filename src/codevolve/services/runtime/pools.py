@@ -1,21 +1,21 @@
 """Database pools sized by role: the API's, the controllers', the health check's.
 
-``codevolve serve`` runs the API and a controller per running job in one process. On one shared
-pool (SQLAlchemy's 5 + 10) twenty controllers and a burst of requests took every connection: the
-requests waited behind the controllers, and controllers timed out waiting for a connection. So
-each role has its own engine and pool:
+``codevolve serve`` once ran the API and a controller per running job in one process, on one
+shared pool (SQLAlchemy's 5 + 10): twenty controllers and a burst of requests took every
+connection, the requests waited behind the controllers, and controllers timed out waiting for a
+connection. So each role has its own engine and pool (and now its own process, runtime/server.py):
 
 - the controllers': room for every running controller at its busiest
   (:data:`CONNECTIONS_PER_JOB`) and the supervisor's own reads, for at most ``max_running_jobs``
   controllers (the supervisor runs no more: further jobs wait queued); a checkout never waits for
   another job's connection;
-- the API's: ``api_pool_size`` connections; a request that finds them all in use waits up to
-  ``api_pool_timeout_s`` and is then answered 503 (the controllers are not slowed by it);
+- each API process's: ``api_pool_size`` connections; a request that finds them all in use waits
+  up to ``api_pool_timeout_s`` and is then answered 503 (the controllers are not slowed by it);
 - the health check's: one connection and a short timeout, so that ``/api/v1/health`` answers at
   once even when the API's pool is busy (services/api/health.py).
 
 On Postgres the total must fit the server's ``max_connections`` (100 by default):
-``3 * max_running_jobs + 2 + api_pool_size + 1`` (73 with the defaults).
+``3 * max_running_jobs + 2 + api_processes * (api_pool_size + 1)`` (73 with the defaults).
 """
 
 from __future__ import annotations
