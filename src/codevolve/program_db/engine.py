@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -95,6 +95,7 @@ def create_engine(
         engine = _create_async_engine(url, echo=echo, **options)
         configure = _configure_sqlite_reader if read_only else _configure_sqlite
         event.listen(engine.sync_engine, "connect", configure)
+        event.listen(engine.sync_engine, "handle_error", _keep_cancelled_sqlite_connection)
         return engine
     engine = _create_async_engine(url, echo=echo, **options)
     _ping_when_idle(engine)
@@ -142,6 +143,22 @@ def _ping_when_idle(engine: AsyncEngine) -> None:
             dialect.do_ping(dbapi_connection)
         except (OSError, dialect.loaded_dbapi.Error) as exc:
             raise DisconnectionError("a pooled connection went away while idle") from exc
+
+
+def _keep_cancelled_sqlite_connection(context: ExceptionContext) -> None:
+    """A cancelled statement on SQLite leaves its connection usable: it is rolled back and pooled.
+
+    SQLAlchemy treats a cancellation during a statement as a lost connection and closes it. With
+    aiosqlite that is wrong and harmful: the connection's thread runs every call to its end, in
+    order, whatever happens to the task that awaited it, so the statement still runs (and takes
+    the write lock), and the close comes while its cursor has rows unread (``UPDATE ...
+    RETURNING``). SQLite then keeps the closed connection as a zombie, in its write transaction,
+    until the garbage collector frees that cursor (it sits in the cancellation's traceback); every
+    other writer waits out the busy timeout and fails with "database is locked" (the paused
+    state and wall time written after Ctrl-C). Kept, the connection's cursor is closed and the
+    caller's rollback, queued behind the statement, ends the transaction."""
+    if isinstance(context.original_exception, asyncio.CancelledError):
+        context.is_disconnect = False
 
 
 def _configure_sqlite(dbapi_connection: Any, _record: object) -> None:

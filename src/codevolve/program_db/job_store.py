@@ -6,8 +6,9 @@ The controller says what to write; this module says how. It owns:
   do proposal writes; on Postgres the two kinds overlap, SQLite has one writer, so one lock
   serves both there;
 - transactions: :meth:`JobStore.transaction` is one session and one transaction, committed on
-  success and rolled back on an error, handed out as a :class:`JobTransaction` whose methods are
-  the repository's functions for this job;
+  success and rolled back on an error (that end runs to completion even when the task is
+  cancelled meanwhile), handed out as a :class:`JobTransaction` whose methods are the
+  repository's functions for this job;
 - the batched proposal write (:meth:`JobStore.write_proposals`, which returns the children it
   inserted): on Postgres one statement on a held autocommit connection (one round trip: a
   transaction would cost a ``BEGIN`` and a ``COMMIT`` more), elsewhere a transaction.
@@ -18,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from typing import Any
 
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
@@ -144,13 +146,46 @@ class _Transaction:
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         assert self._session is not None
         try:
-            if exc_type is None:
-                await self._session.commit()
-            else:
-                await self._session.rollback()
+            await _to_completion(_end(self._session, commit=exc_type is None))
         finally:
-            await self._session.close()
             self._lock.release()
+
+
+async def _end(session: AsyncSession, *, commit: bool) -> None:
+    """Commit or roll back, then return the connection to the pool."""
+    try:
+        if commit:
+            await session.commit()
+        else:
+            await session.rollback()
+    finally:
+        await session.close()
+
+
+async def _to_completion(end: Coroutine[Any, Any, None]) -> None:
+    """Await a transaction's ``end`` to its last step, even when the task is cancelled meanwhile
+    (Ctrl-C stops the controller's tasks wherever they are); the cancellation is raised once the
+    end is done, never dropped.
+
+    An end cut short leaves the connection half-returned: the pool logs the interrupted reset
+    (with a traceback, on the command line's stderr) and closes the connection, and the task is
+    over before its connection is. Run to its end, the transaction is committed or rolled back
+    and the connection is back in the pool before the cancelled task finishes, so whoever writes
+    next (the shutdown writes of :meth:`Controller.run`) finds the database free."""
+    task = asyncio.create_task(end)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait((task,))
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is None:
+        task.result()  # the end's own error, if any
+        return
+    error = None if task.cancelled() else task.exception()
+    if error is not None:
+        raise cancelled from error
+    raise cancelled
 
 
 class JobTransaction:
