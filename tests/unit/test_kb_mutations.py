@@ -287,9 +287,16 @@ def test_rewrites_name_the_fused_builtins() -> None:
     assert ".unsqueeze(1) * B" in child("rewrite", CASES["diag_matmul"][0])
 
 
+SCALE_PARAMETER = program(
+    "scale", "x", "return x * self.scale", "", "self.scale = nn.Parameter(torch.ones(4, 1))"
+)
+
+
 def test_nothing_applies_to_an_unrecognised_forward() -> None:
     for kind in ("template", "rewrite", "tune"):
         assert MUTATIONS[kind].propose(prompt(CONVOLUTION), np.random.default_rng(0)) is None
+    # a Parameter is a tensor, not a float the kernel could take
+    assert MUTATIONS["template"].propose(prompt(SCALE_PARAMETER), np.random.default_rng(0)) is None
     assert (
         MUTATIONS["rewrite"].propose(prompt(CASES["softmax"][0]), np.random.default_rng(0)) is None
     )

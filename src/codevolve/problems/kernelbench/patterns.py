@@ -181,11 +181,25 @@ def recognise(tree: ast.Module) -> Recognised | None:
         inputs=tuple(names),
     )
     modules = _modules(cls)
+    # attributes __init__ builds by a call (a Parameter, a buffer, a module) are no scalars:
+    # a pattern that would read one as a float parameter is not taken
+    built = {f"self.{attr}" for attr, maker in modules.items() if maker not in _SCALAR_MAKERS}
     for match in _MATCHERS:
         pattern = match(expr, tensors, modules)
         if pattern is not None:
+            params = getattr(pattern, "params", ())
+            if any(_reads(source, built) for source in params):
+                return None
             return Recognised(signature, pattern)
     return None
+
+
+_SCALAR_MAKERS = {"float", "int", "bool", "sqrt", "exp", "log"}
+
+
+def _reads(source: str, attributes: set[str]) -> bool:
+    tree = ast.parse(source, mode="eval")
+    return any(isinstance(n, ast.Attribute) and dotted(n) in attributes for n in ast.walk(tree))
 
 
 def _annotation(arg: ast.arg) -> str:
