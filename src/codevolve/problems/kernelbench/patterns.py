@@ -28,6 +28,15 @@ cat/narrow exclusive cumsum as ``cumsum(x) - x`` (92), and any multi-op elementw
 tensor that equals a fused torch built-in (silu, GELU, mish, softplus, hardswish, ...: 25, 88),
 identified by evaluating both on points.
 
+Limits, as built: a scan template scans the last dimension (another falls back to torch); the
+triangular product skips the K blocks that are zero when the inputs are triangular, as those
+problems' ``get_inputs`` make them (tunable ``SKIP_ZERO_K = 0`` computes the whole product).
+Where a template can honestly beat eager on an H200: chains of several ops, the norms and the
+losses (one or two passes over memory instead of one per op), the exclusive cumsum (no cat copy)
+and the triangular products (a sixth of the flops). A single op (ReLU, sigmoid, softmax, a sum)
+is one memory-bound pass in eager too: a tie at best. A plain fp32 product in ``ieee`` precision
+(FMA, no tensor cores) should lose to cuBLAS; the evolution decides, the template only starts it.
+
 Not touched, honestly: convolutions (50-87), pooling (41-46), attention (97), batch, instance and
 group norms (33-35), argmax/argmin (51, 52), cumprod (90), cross-entropy and triplet-margin losses
 (95, 99), cosine-similarity loss, 4-D einsum products (11), and any forward that calls a helper
