@@ -61,9 +61,13 @@ class Ended:
     returncode: int
 
     def __str__(self) -> str:
-        if self.returncode < 0:
-            return f"the {self.name} process was killed by {signal.Signals(-self.returncode).name}"
-        return f"the {self.name} process exited with code {self.returncode}"
+        if self.returncode >= 0:
+            return f"the {self.name} process exited with code {self.returncode}"
+        try:
+            killer = signal.Signals(-self.returncode).name
+        except ValueError:
+            killer = f"signal {-self.returncode}"
+        return f"the {self.name} process was killed by {killer}"
 
 
 class Child:
@@ -97,16 +101,13 @@ class Child:
     async def stop(self) -> int:
         """SIGTERM, up to :data:`STOP_GRACE_S` to end, then SIGKILL; returns the exit code. Safe
         to call on a child that already ended."""
-        grace_s = STOP_GRACE_S
         if self._process.returncode is None:
             self.terminate()
             try:
-                async with asyncio.timeout(grace_s):
+                async with asyncio.timeout(STOP_GRACE_S):
                     return await self._process.wait()
             except TimeoutError:
-                log.warning(
-                    "the %s process did not stop in %.0f s: killed", self.name, STOP_GRACE_S
-                )
+                log.warning("the %s process did not stop in %g s: killed", self.name, STOP_GRACE_S)
                 self.kill()
         return await self._process.wait()
 
