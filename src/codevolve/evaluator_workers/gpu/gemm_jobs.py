@@ -10,6 +10,7 @@ Payloads and replies are plain data:
   "workers": int}`` -> ``{"errors": {"bm,bn,...": message}}``; compiles in parallel processes
   into Triton's disk cache, so the first measurement of each config only loads it.
 - ``kernel.measure``: a candidate's own kernel module checked and timed (kernel_jobs.py).
+- ``kb.judge``: a KernelBench-format candidate judged against its reference (kb_jobs.py).
 """
 
 from __future__ import annotations
@@ -103,9 +104,19 @@ def _kernel_measure(payload: Any) -> Any:
         raise JobError(str(exc)) from exc
 
 
+def _kb_judge(payload: Any) -> Any:
+    from codevolve.evaluator_workers.gpu import kb_jobs  # loads candidates: only when asked
+
+    try:
+        return kb_jobs.judge_job(payload)
+    except kb_jobs.KbJobError as exc:
+        raise JobError(str(exc)) from exc
+
+
 JOBS: dict[str, Callable[[Any], Any]] = {
     "info": _info,
     "gemm.measure": _measure,
     "gemm.precompile": _precompile,
     "kernel.measure": _kernel_measure,
+    "kb.judge": _kb_judge,
 }

@@ -1,0 +1,106 @@
+"""The inputs a KernelBench candidate is judged on (trusted code of the judge).
+
+- ``kernelbench``: ``torch.manual_seed(seed); get_inputs()`` as the reference file writes it;
+- ``signed``: the same tensors with every floating one redrawn from a standard normal (a kernel
+  that is right only for the non-negative ``torch.rand`` inputs fails here);
+- ``wide``: floating tensors redrawn from a normal of standard deviation 100 (overflow,
+  cancellation, precision lowered to 16 bits).
+
+Integer and non-tensor inputs are kept (indices, sizes, labels stay valid). The redraws and the
+fresh values of :func:`refill` come from the judge's own ``torch.Generator``, which no candidate
+can reach; ``get_inputs`` itself draws from torch's global RNG, which the rules forbid it to
+seed or read. ``get_inputs`` and ``get_init_inputs`` run under ``with torch.device(device)``:
+KernelBench inputs can be gigabytes, and drawing them on the CPU takes seconds.
+
+Imported only in the device process and in tests (needs torch).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from codevolve.evaluator_workers.errors import WorkerError
+from codevolve.evaluator_workers.gpu.kb_loader import ReferenceProgram
+from codevolve.evaluator_workers.gpu.kb_watch import raise_if_context_broken
+
+KERNELBENCH = "kernelbench"
+SIGNED = "signed"
+WIDE = "wide"
+DISTRIBUTIONS = (KERNELBENCH, SIGNED, WIDE)
+WIDE_STD = 100.0
+_SEED_SPACE = 2**62
+
+
+class ReferenceFailure(WorkerError):
+    """The user's reference failed to construct, to draw its inputs or to run: its own bug,
+    reported as the reply's ``load_error``."""
+
+
+def judge_generator(seed: int, distribution: str, device: str) -> torch.Generator:
+    """The judge's generator for one (seed, distribution): reproducible, and the candidate's
+    code never holds it."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed((seed * 1_000_003 + DISTRIBUTIONS.index(distribution) + 1) % _SEED_SPACE)
+    return generator
+
+
+def init_inputs(reference: ReferenceProgram, seed: int, device: str) -> list[Any]:
+    """``get_init_inputs()`` drawn under ``seed``, its tensors on ``device``."""
+    return _drawn(reference.get_init_inputs, seed, device, "get_init_inputs")
+
+
+def draw_inputs(
+    reference: ReferenceProgram, distribution: str, seed: int, generator: torch.Generator
+) -> list[Any]:
+    """Inputs of ``distribution`` for ``seed``, on the generator's device."""
+    device = generator.device.type
+    values = _drawn(reference.get_inputs, seed, device, "get_inputs")
+    _redraw(values, distribution, generator)
+    return values
+
+
+def refill(
+    values: list[Any], reference: ReferenceProgram, distribution: str, generator: torch.Generator
+) -> None:
+    """New values of the same distribution in the same tensors (``copy_``): a candidate that
+    keeps its first output, or one per input address, now returns a stale one."""
+    device = generator.device.type
+    seed = int(torch.randint(0, _SEED_SPACE, (1,), generator=generator, device=device))
+    fresh = _drawn(reference.get_inputs, seed, device, "get_inputs")
+    if len(fresh) != len(values):
+        raise ReferenceFailure("get_inputs() returns another number of inputs under another seed")
+    for old, new in zip(values, fresh, strict=True):
+        if isinstance(old, torch.Tensor):
+            if not isinstance(new, torch.Tensor) or new.shape != old.shape:
+                raise ReferenceFailure("get_inputs() returns other shapes under another seed")
+            old.copy_(new)
+    _redraw(values, distribution, generator)
+
+
+def _drawn(function: Any, seed: int, device: str, name: str) -> list[Any]:
+    torch.manual_seed(seed)
+    try:
+        with torch.device(device):
+            values = list(function())
+    except Exception as exc:  # the user's reference: its bug is a reported result
+        raise_if_context_broken(device)
+        raise ReferenceFailure(f"{name}() raised {type(exc).__name__}: {exc}") from exc
+    return [_on(v, device) for v in values]
+
+
+def _on(value: Any, device: str) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value if value.device.type == device else value.to(device)
+    return copy.deepcopy(value)
+
+
+def _redraw(values: list[Any], distribution: str, generator: torch.Generator) -> None:
+    if distribution == KERNELBENCH:
+        return
+    std = WIDE_STD if distribution == WIDE else 1.0
+    for value in values:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            value.normal_(0.0, std, generator=generator)

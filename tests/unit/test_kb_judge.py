@@ -1,0 +1,490 @@
+"""The KernelBench judge on the CPU: right candidates pass and are timed, hostile ones fail.
+
+Each hostile candidate names the hack it tries and the test asserts the defence that stops it
+(its message), so removing that defence fails the test. "rules off" candidates run with the
+source rules switched off, to show the judge's own layer behind them.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from codevolve.evaluator_workers.gpu import kb_loader  # noqa: E402
+from codevolve.evaluator_workers.gpu.device_process import DeviceProcess  # noqa: E402
+from codevolve.evaluator_workers.gpu.kb_jobs import KbJobError, settings_from  # noqa: E402
+from codevolve.evaluator_workers.gpu.kb_judge import JudgeSettings, judge  # noqa: E402
+from codevolve.evaluator_workers.gpu.kb_loader import KbLoader  # noqa: E402
+from codevolve.evaluator_workers.gpu.kb_watch import TamperedProcess  # noqa: E402
+
+KB_JOBS = "codevolve.evaluator_workers.gpu.kb_jobs"
+
+
+def _reference(model: str, inputs: str, init: str = "[]", extra: str = "") -> str:
+    """A reference file: ``model`` is the body of class Model, ``inputs`` get_inputs's list."""
+    return (
+        "import torch\nimport torch.nn as nn\n\n"
+        + extra
+        + "\nclass Model(nn.Module):\n"
+        + textwrap.indent(textwrap.dedent(model), "    ")
+        + f"\n\ndef get_inputs():\n    return {inputs}\n\n"
+        + f"def get_init_inputs():\n    return {init}\n"
+    )
+
+
+def _candidate(body: str) -> str:
+    """A candidate file: ``body`` is the body of class ModelNew."""
+    return (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+        "class ModelNew(nn.Module):\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    )
+
+
+CUMSUM_MODEL = """
+def __init__(self, dim):
+    super().__init__()
+    self.dim = dim
+
+def forward(self, x):
+    return torch.cumsum(x, dim=self.dim)
+"""
+CUMSUM = _reference(CUMSUM_MODEL, "[torch.rand(16, 64)]", "[1]")
+MATMUL = _reference(
+    "def forward(self, a, b):\n    return torch.matmul(a, b)\n",
+    "[torch.rand(32, 48), torch.rand(48, 16)]",
+)
+RELU = _reference("def forward(self, x):\n    return torch.relu(x)\n", "[torch.rand(16, 64)]")
+ROW_SUM = _reference(
+    "def forward(self, x):\n    return x.sum(dim=1, keepdim=True)\n", "[torch.rand(16, 64)]"
+)
+WEIGHTED = _reference(
+    """
+    def __init__(self, w):
+        super().__init__()
+        self.w = w
+
+    def forward(self, x):
+        return x @ self.w
+    """,
+    "[torch.rand(8, 16)]",
+    "[torch.randn(16, 4)]",
+)
+LINEAR = _reference(
+    """
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.lin(x)
+    """,
+    "[torch.rand(8, 16)]",
+)
+LOG = _reference("def forward(self, x):\n    return torch.log(x)\n", "[torch.rand(16, 64) + 0.1]")
+DIAG = _reference(
+    "def forward(self, a, b):\n    return torch.diag(a) @ b\n",
+    "[torch.rand(256), torch.rand(256, 256)]",
+)
+
+CUMSUM_COPY = _candidate(CUMSUM_MODEL)
+QUICK = JudgeSettings(trials=5, warmup=1, time=False)
+
+
+@pytest.fixture(scope="module")
+def loader(tmp_path_factory: pytest.TempPathFactory) -> KbLoader:
+    return KbLoader(tmp_path_factory.mktemp("kb"), environ={})
+
+
+def _judged(loader: KbLoader, reference: str, candidate: str, **settings: Any) -> dict[str, Any]:
+    fields = {"trials": 5, "warmup": 1, "time": False, **settings}
+    for key in ("seeds", "distributions", "forbid", "baselines"):
+        if key in fields:
+            fields[key] = tuple(fields[key])
+    return judge(reference, candidate, JudgeSettings(**fields), device="cpu", loader=loader)
+
+
+@pytest.fixture
+def rules_off(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The source rules switched off: what the judge itself catches behind them."""
+    monkeypatch.setattr(kb_loader, "check_model_new", lambda source: "")
+    yield
+
+
+# -- right candidates ------------------------------------------------------------------------
+
+
+def test_the_reference_copied_into_model_new_passes_at_about_the_reference_speed(
+    loader: KbLoader,
+) -> None:
+    reference = _reference(CUMSUM_MODEL, "[torch.rand(64, 4000)]", "[1]")
+    reply = _judged(loader, reference, CUMSUM_COPY, trials=15, warmup=3, time=True)
+    assert (reply["load_error"], reply["problem"]) == ("", "")
+    assert reply["verdicts"] == {"kernelbench": "", "signed": "", "wide": ""}
+    assert reply["correct"] and reply["correct_kernelbench"] and reply["ops"] == ["aten.cumsum"]
+    timing = reply["timing"]
+    assert timing["rounds"] == 15 and timing["compile_ms"] is None
+    assert timing["candidate_p10_ms"] <= timing["candidate_ms"] <= timing["candidate_p90_ms"]
+    assert 0.5 < timing["eager_ms"] / timing["candidate_ms"] < 2.0, timing
+
+
+def test_a_faster_correct_rewrite_passes_and_measures_faster(loader: KbLoader) -> None:
+    rewrite = _candidate("def forward(self, a, b):\n    return a.unsqueeze(1) * b\n")
+    reply = _judged(loader, DIAG, rewrite, trials=7, time=True)
+    assert reply["correct"], reply
+    assert reply["timing"]["candidate_ms"] * 3 < reply["timing"]["eager_ms"], reply["timing"]
+
+
+def test_a_distribution_where_the_reference_is_not_finite_is_skipped(loader: KbLoader) -> None:
+    reply = _judged(loader, LOG, _candidate("def forward(self, x):\n    return torch.log(x)\n"))
+    assert reply["verdicts"]["kernelbench"] == ""
+    assert reply["verdicts"]["signed"].startswith("skipped: the reference's own output")
+    assert reply["correct"]
+
+
+def test_a_forbidden_operator_is_matched_exactly(loader: KbLoader) -> None:
+    broadcast = "def forward(self, a, b):\n    return (a.unsqueeze(2) * b.unsqueeze(0)).sum(1)\n"
+    reply = _judged(loader, MATMUL, _candidate(broadcast), forbid=["aten.mm", "aten.bmm"])
+    assert reply["correct"] and "aten.mm" not in reply["ops"], reply
+
+
+def test_every_seed_builds_both_models_and_reports_the_first_failing_one(
+    loader: KbLoader,
+) -> None:
+    reply = _judged(loader, WEIGHTED, _candidate(WEIGHTED_COPY), seeds=[3, 4])
+    assert reply["correct"], reply
+    zero_second = WEIGHTED_COPY.replace("self.w = w", "self.w = w if w[0, 0] != 0 else w")
+    assert _judged(loader, WEIGHTED, _candidate(zero_second), seeds=[3, 4])["correct"]
+
+
+WEIGHTED_COPY = """
+def __init__(self, w):
+    super().__init__()
+    self.w = w
+
+def forward(self, x):
+    return x @ self.w
+"""
+
+
+# -- hostile candidates ----------------------------------------------------------------------
+
+
+def test_returning_an_input_is_refused_even_where_its_values_are_right(loader: KbLoader) -> None:
+    # relu of torch.rand inputs is the input itself.
+    reply = _judged(loader, RELU, _candidate("def forward(self, x):\n    return x\n"))
+    assert reply["problem"] == "ModelNew returned input 0 (or a view of it)"
+    assert not reply["correct"] and not reply["correct_kernelbench"]
+
+
+def test_a_cached_first_output_fails_once_the_same_tensors_hold_new_values(
+    loader: KbLoader,
+) -> None:
+    cached = _candidate(
+        """
+        def __init__(self, dim):
+            super().__init__()
+            self.dim = dim
+            self.out = None
+
+        def forward(self, x):
+            if self.out is None:
+                self.out = torch.cumsum(x, dim=self.dim)
+            return self.out
+        """
+    )
+    reply = _judged(loader, CUMSUM, cached, distributions=["kernelbench"])
+    assert reply["verdicts"]["kernelbench"].startswith("after new values in the same input")
+    assert not reply["correct_kernelbench"]
+
+
+def test_an_output_cached_by_input_address_fails_on_refilled_inputs(loader: KbLoader) -> None:
+    by_address = _candidate(
+        """
+        def __init__(self, dim):
+            super().__init__()
+            self.dim = dim
+            self.seen = {}
+
+        def forward(self, x):
+            key = x.data_ptr()
+            if key not in self.seen:
+                self.seen[key] = torch.cumsum(x, dim=self.dim)
+            return self.seen[key]
+        """
+    )
+    reply = _judged(loader, CUMSUM, by_address, distributions=["kernelbench"])
+    assert reply["verdicts"]["kernelbench"].startswith("after new values in the same input")
+
+
+def test_inputs_regenerated_from_the_seed_at_construction_fail_on_refilled_inputs(
+    loader: KbLoader,
+) -> None:
+    # The judge seeds before ModelNew(...) and before get_inputs() alike (KernelBench's way), so
+    # on the CPU this draws exactly the first inputs: right once, stale after the refill.
+    predicted = _candidate(
+        """
+        def __init__(self, dim):
+            super().__init__()
+            self.answer = torch.cumsum(torch.rand(16, 64), dim=dim)
+
+        def forward(self, x):
+            return self.answer.clone()
+        """
+    )
+    reply = _judged(loader, CUMSUM, predicted, distributions=["kernelbench"])
+    assert reply["verdicts"]["kernelbench"].startswith("after new values in the same input")
+
+
+def test_a_forbidden_operator_ends_the_judging(loader: KbLoader) -> None:
+    uses_mm = _candidate("def forward(self, a, b):\n    return torch.matmul(a, b)\n")
+    reply = _judged(loader, MATMUL, uses_mm, forbid=["aten.mm"])
+    assert reply["problem"] == "ModelNew ran aten.mm, which this problem forbids"
+    assert not reply["correct"]
+
+
+def test_writing_into_an_input_after_computing_is_caught(loader: KbLoader) -> None:
+    zeroes = "def forward(self, x):\n    y = torch.relu(x)\n    x.zero_()\n    return y\n"
+    reply = _judged(loader, RELU, _candidate(zeroes))
+    assert reply["problem"] == "ModelNew wrote into input 0"
+
+
+def test_computing_an_fp32_problem_in_bf16_misses_the_tolerance(loader: KbLoader) -> None:
+    lowered = "def forward(self, a, b):\n    return (a.bfloat16() @ b.bfloat16()).float()\n"
+    reply = _judged(loader, MATMUL, _candidate(lowered))
+    assert "elements wrong (max abs error" in reply["verdicts"]["kernelbench"]
+    assert reply["max_abs_error"] > 1e-3 and not reply["correct_kernelbench"]
+
+
+def test_changing_its_own_copy_of_an_init_tensor_cannot_change_the_reference(
+    loader: KbLoader,
+) -> None:
+    # Both models got the same weight tensor, they would agree on zeros.
+    zeroed = _candidate(
+        """
+        def __init__(self, w):
+            super().__init__()
+            w.zero_()
+            self.w = w
+
+        def forward(self, x):
+            return x @ self.w
+        """
+    )
+    reply = _judged(loader, WEIGHTED, zeroed)
+    assert "elements wrong" in reply["verdicts"]["kernelbench"]
+
+
+def test_a_shape_that_broadcasts_is_wrong_before_values_are_compared(loader: KbLoader) -> None:
+    no_keepdim = _candidate("def forward(self, x):\n    return x.sum(dim=1)\n")
+    reply = _judged(loader, ROW_SUM, no_keepdim)
+    assert reply["verdicts"]["kernelbench"] == "output: shape (16,), the reference's (16, 1)"
+
+
+def test_a_wrong_dtype_is_wrong_even_with_the_right_values(loader: KbLoader) -> None:
+    wider = "def forward(self, x):\n    return torch.relu(x).double()\n"
+    reply = _judged(loader, RELU, _candidate(wider))
+    assert reply["verdicts"]["kernelbench"] == (
+        "output: dtype torch.float64, the reference's torch.float32"
+    )
+
+
+def test_returning_uninitialised_memory_fails(loader: KbLoader) -> None:
+    # Before the candidate runs, nothing holds this round's answer (the reference runs after
+    # it) and freed blocks of the sizes in play are NaN-filled: empty_like cannot find it.
+    stale = "def forward(self, x):\n    return torch.empty_like(x)\n"
+    reply = _judged(loader, RELU, _candidate(stale))
+    assert "elements wrong" in reply["verdicts"]["kernelbench"] and not reply["correct"]
+
+
+def test_a_kernel_right_only_for_non_negative_inputs_passes_kernelbench_only(
+    loader: KbLoader,
+) -> None:
+    abs_bug = CUMSUM_COPY.replace("torch.cumsum(x,", "torch.cumsum(x.abs(),")
+    reply = _judged(loader, CUMSUM, abs_bug)
+    assert reply["verdicts"]["kernelbench"] == "" and reply["correct_kernelbench"]
+    assert "elements wrong" in reply["verdicts"]["signed"] and not reply["correct"]
+
+
+def test_a_candidate_that_raises_is_a_problem_of_one_line(loader: KbLoader) -> None:
+    raises = "def forward(self, x):\n    raise RuntimeError('kernel failed\\nsecond line')\n"
+    reply = _judged(loader, RELU, _candidate(raises))
+    assert reply["problem"] == "ModelNew raised RuntimeError: kernel failed"
+
+
+@pytest.mark.parametrize(
+    ("body", "refusal"),
+    [
+        ("def forward(self, x):\n    return Model()(x)\n", "the name 'Model'"),
+        ("def forward(self, x):\n    try:\n        return x + 1\n    except Exception:\n"
+         "        return torch.relu(x)\n", "a try statement"),
+        ("def forward(self, x):\n    with torch.cuda.stream(torch.cuda.Stream()):\n"
+         "        return torch.relu(x)\n", "'stream'"),
+        ("def forward(self, x):\n    torch.threading.Thread(target=print).start()\n"
+         "    return torch.relu(x)\n", "'threading'"),
+        ("def forward(self, x):\n    torch.manual_seed(0)\n    return torch.relu(x)\n",
+         "'manual_seed'"),
+        ("def forward(self, x):\n    return torch.relu(x) + 0 * torch.initial_seed()\n",
+         "'initial_seed'"),
+        ("def forward(self, x):\n    torch.relu = F.relu\n    return torch.relu(x)\n",
+         "assigns the attribute 'relu'"),
+        ("def forward(self, x):\n    return torch.relu(x).__class__\n", "'__class__'"),
+    ],
+    ids=["uses-Model", "try-fallback", "side-stream", "thread", "seeds-rng", "reads-seed",
+         "monkeypatch", "dunder"],
+)  # fmt: skip
+def test_what_the_source_rules_refuse_never_runs(loader: KbLoader, body: str, refusal: str) -> None:
+    reply = _judged(loader, RELU, _candidate(body))
+    assert refusal in reply["load_error"] and reply["verdicts"]["kernelbench"] == "not judged"
+    assert not reply["correct"]
+
+
+def test_rules_off_a_monkeypatch_at_import_is_undone_and_recycles_the_process(
+    loader: KbLoader, rules_off: None
+) -> None:
+    original = torch.cumsum
+    patched = CUMSUM_COPY.replace(
+        "class ModelNew", "torch.cumsum = lambda x, dim: x\n\nclass ModelNew"
+    )
+    with pytest.raises(TamperedProcess, match=r"loading the program: .* replaced torch\.cumsum"):
+        _judged(loader, CUMSUM, patched)
+    assert torch.cumsum is original
+
+
+def test_rules_off_a_thread_left_running_recycles_the_process(
+    loader: KbLoader, rules_off: None
+) -> None:
+    threaded = _candidate(
+        """
+        def forward(self, x):
+            waits = torch.threading.Event().wait
+            torch.threading.Thread(target=waits, args=(2.0,), daemon=True).start()
+            return torch.relu(x)
+        """
+    )
+    with pytest.raises(TamperedProcess, match="left a thread running"):
+        _judged(loader, RELU, threaded)
+
+
+def test_rules_off_a_global_switch_is_set_back_and_recycles_the_process(
+    loader: KbLoader, rules_off: None
+) -> None:
+    switched = (
+        "def forward(self, x):\n    torch.set_default_dtype(torch.float64)\n    return x * 1\n"
+    )
+    with pytest.raises(TamperedProcess, match="changed the default dtype"):
+        _judged(loader, RELU, _candidate(switched))
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_rules_off_changing_the_reference_model_is_caught(
+    loader: KbLoader, rules_off: None
+) -> None:
+    # The candidate walks up the stack to the judge's frames and zeroes the reference's weight.
+    reach = _candidate(
+        """
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(16, 4)
+
+        def forward(self, x):
+            frame = torch.sys._getframe(1)
+            while frame is not None:
+                try:
+                    frame.f_locals["self"].ref_model.lin.weight.zero_()
+                except Exception:
+                    pass
+                frame = frame.f_back
+            return self.lin(x)
+        """
+    )
+    reply = _judged(loader, LINEAR, reach, distributions=["kernelbench"])
+    assert reply["problem"] == "a ModelNew call changed the reference model's lin.weight"
+
+
+# -- the device job --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ("not a dict", "dict payload"),
+        ({"reference": RELU}, "'reference' and 'candidate'"),
+        ({"reference": RELU, "candidate": "", "seeds": []}, "'seeds' holds 1 to"),
+        ({"reference": RELU, "candidate": "", "seeds": [True]}, "list of ints"),
+        ({"reference": RELU, "candidate": "", "trials": 0}, "'trials' is an int"),
+        ({"reference": RELU, "candidate": "", "distributions": ["normal"]}, "distinct names"),
+        ({"reference": RELU, "candidate": "", "baselines": ["eager", "eager"]}, "distinct"),
+        ({"reference": RELU, "candidate": "", "time": 1}, "'time' is a bool"),
+        ({"reference": RELU, "candidate": "", "tolerance": float("nan")}, "between 0 and 1"),
+        ({"reference": RELU, "candidate": "", "trails": 3}, "unknown key 'trails'"),
+    ],
+)
+def test_a_malformed_payload_is_refused_with_its_reason(payload: Any, message: str) -> None:
+    with pytest.raises(KbJobError, match=message):
+        settings_from(payload)
+
+
+def test_a_payload_fills_its_defaults() -> None:
+    reference, candidate, settings = settings_from(
+        {"reference": "r", "candidate": "c", "forbid": ["aten.mm"], "tolerance": 0.001}
+    )
+    assert (reference, candidate) == ("r", "c")
+    assert settings == JudgeSettings(forbid=("aten.mm",), tolerance=0.001)
+
+
+@pytest.mark.slow
+def test_a_hang_is_a_fault_and_the_next_job_gets_a_fresh_process(tmp_path: Path) -> None:
+    hangs = _candidate("def forward(self, x):\n    while True:\n        pass\n")
+    job = {"reference": RELU, "time": False, "distributions": ["kernelbench"]}
+    right = {**job, "candidate": _candidate(RELU_COPY)}
+    with DeviceProcess(None, jobs=KB_JOBS) as device:
+        first = device.run("kb.judge", right, timeout_s=120)  # warm: torch imported, settled
+        assert first.ok and first.value["correct"] and first.value["device"]["type"] == "cpu"
+        hung = device.run("kb.judge", {**job, "candidate": hangs}, timeout_s=2)
+        assert hung.fault and "timed out" in hung.error
+        again = device.run("kb.judge", right, timeout_s=120)
+        assert again.ok and again.value["correct"], again
+        bad = device.run("kb.judge", {**job, "candidate": 3}, timeout_s=60)
+        assert not bad.ok and not bad.fault and "strings 'reference'" in bad.error
+        assert device.restarts == 1
+
+
+RELU_COPY = "def forward(self, x):\n    return torch.relu(x)\n"
+
+
+TRITON_RELU = """import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _relu(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        _relu[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+        return y
+"""
+
+
+def test_a_triton_kernel_loads_from_its_file_and_passes(
+    loader: KbLoader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Triton's interpreter runs the kernel on the CPU; @triton.jit still reads its source.
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    reply = _judged(loader, RELU, TRITON_RELU)
+    assert reply["correct"], reply
+    assert "aten.relu" not in reply["ops"] and "aten.clamp_min" not in reply["ops"]
