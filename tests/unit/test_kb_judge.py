@@ -123,14 +123,15 @@ def test_the_reference_copied_into_model_new_passes_at_about_the_reference_speed
     loader: KbLoader,
 ) -> None:
     reference = _reference(CUMSUM_MODEL, "[torch.rand(64, 4000)]", "[1]")
-    reply = _judged(loader, reference, CUMSUM_COPY, trials=15, warmup=3, time=True)
+    reply = _judged(loader, reference, CUMSUM_COPY, trials=21, warmup=3, time=True)
     assert (reply["load_error"], reply["problem"]) == ("", "")
     assert reply["verdicts"] == {"kernelbench": "", "signed": "", "wide": ""}
     assert reply["correct"] and reply["correct_kernelbench"] and reply["ops"] == ["aten.cumsum"]
     timing = reply["timing"]
-    assert timing["rounds"] == 15 and timing["compile_ms"] is None
+    assert timing["rounds"] == 21 and timing["compile_ms"] is None
     assert timing["candidate_p10_ms"] <= timing["candidate_ms"] <= timing["candidate_p90_ms"]
-    assert 0.5 < timing["eager_ms"] / timing["candidate_ms"] < 2.0, timing
+    # Medians of 21 alternating rounds: about 1.1 on an idle CPU; wide bounds for a busy one.
+    assert 1 / 3 < timing["eager_ms"] / timing["candidate_ms"] < 3, timing
 
 
 def test_a_faster_correct_rewrite_passes_and_measures_faster(loader: KbLoader) -> None:

@@ -18,6 +18,7 @@ Imported only in the device process and in tests (needs torch).
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -39,12 +40,26 @@ class ReferenceFailure(WorkerError):
     reported as the reply's ``load_error``."""
 
 
-def judge_generator(seed: int, distribution: str, device: str) -> torch.Generator:
-    """The judge's generator for one (seed, distribution): reproducible, and the candidate's
-    code never holds it."""
-    generator = torch.Generator(device=device)
-    generator.manual_seed((seed * 1_000_003 + DISTRIBUTIONS.index(distribution) + 1) % _SEED_SPACE)
-    return generator
+@dataclass(frozen=True, slots=True)
+class JudgeRandom:
+    """The judge's own generators for one (seed, distribution): reproducible, and never held by
+    the candidate's code. Values are drawn on the device; the fresh seeds of get_inputs on the
+    CPU (reading a number drawn on the GPU would wait for the GPU)."""
+
+    values: torch.Generator
+    seeds: torch.Generator
+
+    @property
+    def device(self) -> str:
+        return self.values.device.type
+
+
+def judge_random(seed: int, distribution: str, device: str) -> JudgeRandom:
+    start = (seed * 1_000_003 + DISTRIBUTIONS.index(distribution) + 1) % _SEED_SPACE
+    values, seeds = torch.Generator(device=device), torch.Generator()
+    values.manual_seed(start)
+    seeds.manual_seed(start + 1)
+    return JudgeRandom(values, seeds)
 
 
 def init_inputs(reference: ReferenceProgram, seed: int, device: str) -> list[Any]:
@@ -53,23 +68,21 @@ def init_inputs(reference: ReferenceProgram, seed: int, device: str) -> list[Any
 
 
 def draw_inputs(
-    reference: ReferenceProgram, distribution: str, seed: int, generator: torch.Generator
+    reference: ReferenceProgram, distribution: str, seed: int, rng: JudgeRandom
 ) -> list[Any]:
-    """Inputs of ``distribution`` for ``seed``, on the generator's device."""
-    device = generator.device.type
-    values = _drawn(reference.get_inputs, seed, device, "get_inputs")
-    _redraw(values, distribution, generator)
+    """Inputs of ``distribution`` for ``seed``, on the device of ``rng``."""
+    values = _drawn(reference.get_inputs, seed, rng.device, "get_inputs")
+    _redraw(values, distribution, rng.values)
     return values
 
 
 def refill(
-    values: list[Any], reference: ReferenceProgram, distribution: str, generator: torch.Generator
+    values: list[Any], reference: ReferenceProgram, distribution: str, rng: JudgeRandom
 ) -> None:
     """New values of the same distribution in the same tensors (``copy_``): a candidate that
     keeps its first output, or one per input address, now returns a stale one."""
-    device = generator.device.type
-    seed = int(torch.randint(0, _SEED_SPACE, (1,), generator=generator, device=device))
-    fresh = _drawn(reference.get_inputs, seed, device, "get_inputs")
+    seed = int(torch.randint(0, _SEED_SPACE, (1,), generator=rng.seeds))
+    fresh = _drawn(reference.get_inputs, seed, rng.device, "get_inputs")
     if len(fresh) != len(values):
         raise ReferenceFailure("get_inputs() returns another number of inputs under another seed")
     for old, new in zip(values, fresh, strict=True):
@@ -77,7 +90,7 @@ def refill(
             if not isinstance(new, torch.Tensor) or new.shape != old.shape:
                 raise ReferenceFailure("get_inputs() returns other shapes under another seed")
             old.copy_(new)
-    _redraw(values, distribution, generator)
+    _redraw(values, distribution, rng.values)
 
 
 def _drawn(function: Any, seed: int, device: str, name: str) -> list[Any]:

@@ -48,10 +48,11 @@ from codevolve.evaluator_workers.gpu.kb_compare import (
 from codevolve.evaluator_workers.gpu.kb_inputs import (
     DISTRIBUTIONS,
     KERNELBENCH,
+    JudgeRandom,
     ReferenceFailure,
     draw_inputs,
     init_inputs,
-    judge_generator,
+    judge_random,
     refill,
 )
 from codevolve.evaluator_workers.gpu.kb_loader import KbLoader, LoadError, ReferenceProgram
@@ -213,7 +214,7 @@ class _Session:
         self.round_inputs: list[Any] = []
         self.round_reference_inputs: list[Any] = []
         self.round_threads: set[threading.Thread] = set()
-        self.round_generator: torch.Generator | None = None
+        self.round_random: JudgeRandom | None = None
 
     # -- checking ---------------------------------------------------------------------------
 
@@ -265,12 +266,12 @@ class _Session:
         self.state.check("constructing ModelNew")
 
     def _verdict(self, distribution: str, seed: int) -> str:
-        generator = judge_generator(seed, distribution, self.device)
-        inputs = draw_inputs(self.reference, distribution, seed, generator)
+        rng = judge_random(seed, distribution, self.device)
+        inputs = draw_inputs(self.reference, distribution, seed, rng)
         first = self._checked_round(inputs, distribution)
         if first:
             return first
-        refill(inputs, self.reference, distribution, generator)
+        refill(inputs, self.reference, distribution, rng)
         second = self._checked_round(inputs, distribution)
         if second and not second.startswith(SKIPPED):
             return f"after new values in the same input tensors: {second}"
@@ -336,8 +337,8 @@ class _Session:
 
     def timing(self) -> dict[str, Any]:
         seed = self.settings.seeds[-1] + TIMING_SEED_OFFSET
-        self.round_generator = judge_generator(seed, KERNELBENCH, self.device)
-        self.round_inputs = draw_inputs(self.reference, KERNELBENCH, seed, self.round_generator)
+        self.round_random = judge_random(seed, KERNELBENCH, self.device)
+        self.round_inputs = draw_inputs(self.reference, KERNELBENCH, seed, self.round_random)
         clock = clock_for(self.device)
         trials, warmup = self.settings.trials, self.settings.warmup
         ours, eager, wrong = time_against_eager(self, clock, trials=trials, warmup=warmup)
@@ -346,7 +347,7 @@ class _Session:
         self.state.check("the timed rounds")
         # One more checked call: a candidate that changes after many calls (an op it may not
         # run, a cache) shows it here.
-        refill(self.round_inputs, self.reference, KERNELBENCH, self.round_generator)
+        refill(self.round_inputs, self.reference, KERNELBENCH, self.round_random)
         after = self._checked_round(self.round_inputs, KERNELBENCH)
         if after:
             raise CandidateProblem(f"after the timed rounds: {after}")
@@ -359,8 +360,8 @@ class _Session:
         return summary(ours, eager, compiled, why).as_dict()
 
     def prepare_round(self) -> None:
-        assert self.round_generator is not None
-        refill(self.round_inputs, self.reference, KERNELBENCH, self.round_generator)
+        assert self.round_random is not None
+        refill(self.round_inputs, self.reference, KERNELBENCH, self.round_random)
         self.round_reference_inputs = copies(self.round_inputs)
         self.round_threads = set(threading.enumerate())
         poison(self.sizes, self.device)
