@@ -163,6 +163,24 @@ def test_every_seed_builds_both_models_and_reports_the_first_failing_one(
     assert _judged(loader, WEIGHTED, _candidate(zero_second), seeds=[3, 4])["correct"]
 
 
+def test_tensors_in_nested_input_lists_are_refilled_and_watched(loader: KbLoader) -> None:
+    pair = _reference(
+        "def forward(self, xs, k):\n    return xs[0] * k + xs[1]\n",
+        "[[torch.rand(4, 4), torch.rand(4, 4)], 3]",
+    )
+    right = "def forward(self, xs, k):\n    return xs[0] * k + xs[1]\n"
+    assert _judged(loader, pair, _candidate(right))["correct"]
+    cached = "def __init__(self):\n    super().__init__()\n    self.memo = {}\n\n" + right.replace(
+        "return xs[0] * k + xs[1]",
+        "key = xs[1].data_ptr()\n    if key not in self.memo:\n"
+        "        self.memo[key] = xs[0] * k + xs[1]\n    return self.memo[key]",
+    )
+    reply = _judged(loader, pair, _candidate(cached), distributions=["kernelbench"])
+    assert reply["verdicts"]["kernelbench"].startswith("after new values in the same input")
+    zeroes = right.replace("return", "y =") + "    xs[1].zero_()\n    return y\n"
+    assert _judged(loader, pair, _candidate(zeroes))["problem"] == "ModelNew wrote into input 0"
+
+
 WEIGHTED_COPY = """
 def __init__(self, w):
     super().__init__()

@@ -83,13 +83,11 @@ def refill(
     keeps its first output, or one per input address, now returns a stale one."""
     seed = int(torch.randint(0, _SEED_SPACE, (1,), generator=rng.seeds))
     fresh = _drawn(reference.get_inputs, seed, rng.device, "get_inputs")
-    if len(fresh) != len(values):
-        raise ReferenceFailure("get_inputs() returns another number of inputs under another seed")
-    for old, new in zip(values, fresh, strict=True):
-        if isinstance(old, torch.Tensor):
-            if not isinstance(new, torch.Tensor) or new.shape != old.shape:
-                raise ReferenceFailure("get_inputs() returns other shapes under another seed")
-            old.copy_(new)
+    olds, news = _tensors_in(values), _tensors_in(fresh)
+    if [t.shape for t in olds] != [t.shape for t in news]:
+        raise ReferenceFailure("get_inputs() returns other shapes under another seed")
+    for old, new in zip(olds, news, strict=True):
+        old.copy_(new)
     _redraw(values, distribution, rng.values)
 
 
@@ -104,9 +102,21 @@ def _drawn(function: Any, seed: int, device: str, name: str) -> list[Any]:
     return [_on(v, device) for v in values]
 
 
+def _tensors_in(value: Any) -> list[torch.Tensor]:
+    """The tensors of an input list, nested lists and tuples included, in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for item in value for t in _tensors_in(item)]
+    return []
+
+
 def _on(value: Any, device: str) -> Any:
     if isinstance(value, torch.Tensor):
         return value if value.device.type == device else value.to(device)
+    if isinstance(value, list | tuple):
+        moved = [_on(item, device) for item in value]
+        return tuple(moved) if isinstance(value, tuple) else moved
     return copy.deepcopy(value)
 
 
@@ -114,6 +124,6 @@ def _redraw(values: list[Any], distribution: str, generator: torch.Generator) ->
     if distribution == KERNELBENCH:
         return
     std = WIDE_STD if distribution == WIDE else 1.0
-    for value in values:
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            value.normal_(0.0, std, generator=generator)
+    for tensor in _tensors_in(values):
+        if tensor.is_floating_point():
+            tensor.normal_(0.0, std, generator=generator)

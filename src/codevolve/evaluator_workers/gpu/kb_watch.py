@@ -202,7 +202,10 @@ def copies(values: Sequence[Any]) -> list[Any]:
 
 
 def same(a: Any, b: Any) -> bool:
-    """Equal as the judge needs it: tensors by shape, strides, dtype and bits (NaN equals NaN)."""
+    """Equal as the judge needs it: tensors by shape, strides, dtype and bits (NaN equals NaN),
+    lists and tuples element by element, anything else by ``==``."""
+    if isinstance(a, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return type(a) is type(b) and bool(a == b)
     if (a.shape, a.stride(), a.dtype, a.device) != (b.shape, b.stride(), b.dtype, b.device):
