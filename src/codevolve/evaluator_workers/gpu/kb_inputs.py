@@ -1,10 +1,14 @@
 """The inputs a KernelBench candidate is judged on (trusted code of the judge).
 
 - ``kernelbench``: ``torch.manual_seed(seed); get_inputs()`` as the reference file writes it;
-- ``signed``: the same tensors with every floating one redrawn from a standard normal (a kernel
-  that is right only for the non-negative ``torch.rand`` inputs fails here);
-- ``wide``: floating tensors redrawn from a normal of standard deviation 100 (overflow,
-  cancellation, precision lowered to 16 bits).
+- ``signed``: the same values with a random sign on every element of every floating tensor (a
+  kernel that is right only for the non-negative ``torch.rand`` inputs fails here);
+- ``wide``: the signed values times 100 (overflow, cancellation, precision lowered to 16 bits).
+
+Signs and scale change values, never the structure ``get_inputs`` built: zeros stay zeros, so a
+triangular or masked input stays triangular or masked, and a kernel that rightly skips the zero
+half of a triangular matrix is not failed by inputs its problem never has. (A redraw from a
+normal, the first design, filled those zeros and failed such kernels wrongly.)
 
 Integer and non-tensor inputs are kept (indices, sizes, labels stay valid). The redraws and the
 fresh values of :func:`refill` come from the judge's own ``torch.Generator``, which no candidate
@@ -31,7 +35,9 @@ KERNELBENCH = "kernelbench"
 SIGNED = "signed"
 WIDE = "wide"
 DISTRIBUTIONS = (KERNELBENCH, SIGNED, WIDE)
-WIDE_STD = 100.0
+WIDE_SCALE = 100.0
+SIGN_CHUNK = 1 << 26  # elements signed at a time: a sign tensor as large as a GB-sized input
+# would double its memory
 _SEED_SPACE = 2**62
 
 
@@ -123,7 +129,18 @@ def _on(value: Any, device: str) -> Any:
 def _redraw(values: list[Any], distribution: str, generator: torch.Generator) -> None:
     if distribution == KERNELBENCH:
         return
-    std = WIDE_STD if distribution == WIDE else 1.0
+    scale = WIDE_SCALE if distribution == WIDE else 1.0
     for tensor in _tensors_in(values):
         if tensor.is_floating_point():
-            tensor.normal_(0.0, std, generator=generator)
+            _sign(tensor, scale, generator)
+
+
+def _sign(tensor: torch.Tensor, scale: float, generator: torch.Generator) -> None:
+    """Multiply every element by a random sign and by ``scale``, in place, a chunk at a time."""
+    flat = tensor.view(-1) if tensor.is_contiguous() else None
+    chunks = flat.split(SIGN_CHUNK) if flat is not None else (tensor,)
+    for chunk in chunks:
+        signs = torch.randint(
+            0, 2, chunk.shape, generator=generator, device=chunk.device, dtype=chunk.dtype
+        )
+        chunk.mul_(signs.mul_(2).sub_(1)).mul_(scale)
