@@ -191,7 +191,7 @@ class GemmBench:
         for _ in range(WARMUP_LAUNCHES):
             matmul(x, w, y, config)
             torch.matmul(x, w.t())
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(4 * samples)]
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(4 * samples)]  # type: ignore[no-untyped-call]
         for rep in range(samples):
             e = events[4 * rep : 4 * rep + 4]
             self._flush.zero_()

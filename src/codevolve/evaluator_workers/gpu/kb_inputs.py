@@ -137,8 +137,11 @@ def _redraw(values: list[Any], distribution: str, generator: torch.Generator) ->
 
 def _sign(tensor: torch.Tensor, scale: float, generator: torch.Generator) -> None:
     """Multiply every element by a random sign and by ``scale``, in place, a chunk at a time."""
-    flat = tensor.view(-1) if tensor.is_contiguous() else None
-    chunks = flat.split(SIGN_CHUNK) if flat is not None else (tensor,)
+    if tensor.is_contiguous():
+        flat = tensor.view(-1)
+        chunks = [flat[i : i + SIGN_CHUNK] for i in range(0, flat.numel(), SIGN_CHUNK)]
+    else:
+        chunks = [tensor]
     for chunk in chunks:
         signs = torch.randint(
             0, 2, chunk.shape, generator=generator, device=chunk.device, dtype=chunk.dtype

@@ -212,7 +212,7 @@ class KernelBench:
         except CandidateFault as fault:
             return Timing(status="error", detail=str(fault))
         m = shape[0]
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(4 * samples)]
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(4 * samples)]  # type: ignore[no-untyped-call]
         problems: list[torch.Tensor] = []
         for rep in range(samples):
             _fill(buffers, "normal", gen)
