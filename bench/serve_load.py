@@ -4,20 +4,23 @@ Starts a real ``codevolve serve`` on a fresh Postgres database with Redis, and l
 worker`` processes (docs/deploy.md, "On several machines", all on this host); submits ``--jobs``
 jobs through the API with a budget they do not spend during the bench (they stay running); waits
 until every one has a controller; then fires ``--requests`` concurrent API requests (a mix of
-the job list, a job's detail, its programs, health and workers) with httpx, ``--rounds`` times.
+the job list, a job's detail, its programs, health and workers), ``--rounds`` times, from a lean
+HTTP/1.1 client (:class:`LeanClient`; ``--client httpx`` for httpx, which costs far more CPU).
 
 The jobs run an uploaded bundle whose evaluator takes ``--evaluator-s`` (0.5 s: jobs whose
 proposals wait on evaluations, as LLM-driven jobs do), or with ``--evaluator-s 0`` the built-in
 gemm-tiling, whose evaluations take milliseconds: then the controllers make proposals as fast as
-the CPU allows and share the process (and its event loop) with the API.
+the CPU allows.
 
-Prints API latency p50/p90/p99 (ms), errors (non-2xx and transport failures), controller
-restarts (the supervisor's log line for a controller that stopped), pool timeouts (SQLAlchemy's
-``QueuePool limit ... reached`` in the log) and the most connections the server held on the
-database at once. Target: p99 < 200 ms, no restarts, no pool timeouts.
+Prints API latency p50/p95/p99 (ms), errors (non-2xx, and the transport error of a request
+without an answer), controller restarts (the supervisor's log line for a controller that
+stopped), pool timeouts (SQLAlchemy's ``QueuePool limit ... reached`` in the log), the most
+connections the server held on the database at once, and the CPU each part spent per request
+during the bursts (serve's API processes, the rest of serve, the workers, this bench; from /proc,
+Linux). Target: p99 < 200 ms, no restarts, no pool timeouts.
 
     python bench/serve_load.py [--jobs 20] [--requests 200] [--rounds 3] [--workers 2]
-                               [--evaluator-s 0.5]
+                               [--evaluator-s 0.5] [--api-processes N] [--client lean|httpx]
 
 Needs Postgres (``CODEVOLVE_TEST_POSTGRES``, default postgresql://postgres@127.0.0.1:5432/test)
 and Redis (``CODEVOLVE_TEST_REDIS``, default redis://127.0.0.1:6379/0). The database it creates is
