@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import threading
 import traceback
+from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -33,12 +34,21 @@ STOP_GRACE_S = 10.0  # seconds a child gets to exit on its own before it is kill
 class DeviceProcess:
     """A :class:`~codevolve.core.device.Device` backed by one child process (thread-safe)."""
 
-    def __init__(self, gpu: str | None = "0", *, index: int = 0, jobs: str = GEMM_JOBS) -> None:
+    def __init__(
+        self,
+        gpu: str | None = "0",
+        *,
+        index: int = 0,
+        jobs: str = GEMM_JOBS,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         """``gpu``: the GPU's id as CUDA_VISIBLE_DEVICES names it (None: leave it unset, for
-        fakes); ``index``: the number recorded with each evaluation."""
+        fakes); ``index``: the number recorded with each evaluation; ``env``: more variables
+        for the child (``TRITON_INTERPRET=1`` for a device process on the CPU)."""
         self._gpu = gpu
         self._index = index
         self._jobs = jobs
+        self._env = dict(env or {})
         self._lock = threading.Lock()
         self._process: Any = None
         self._conn: Connection | None = None
@@ -100,7 +110,7 @@ class DeviceProcess:
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
         parent, child = context.Pipe()
-        env = {"CODEVOLVE_DEVICE_INDEX": str(self._index)}
+        env = {**self._env, "CODEVOLVE_DEVICE_INDEX": str(self._index)}
         if self._gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = self._gpu
         process = context.Process(

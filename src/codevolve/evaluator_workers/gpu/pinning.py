@@ -25,6 +25,8 @@ INDEX = "CODEVOLVE_DEVICE_INDEX"
 # a CPU (the KernelBench judge), to try a kernel problem or test the pipeline without a GPU.
 CPU_DEVICE = "cpu"
 CPU_JOBS = "codevolve.evaluator_workers.gpu.kb_jobs"
+# Triton kernels run in Triton's interpreter there (numpy on the CPU: right, and slow).
+CPU_ENV = {"TRITON_INTERPRET": "1", "CODEVOLVE_KB_DEVICE": "cpu"}
 
 
 class GpuSelectionError(WorkerError):
@@ -82,7 +84,7 @@ def open_devices(gpus: Sequence[str]) -> list[DeviceProcess]:
     """One device process per GPU (started lazily, on its first job); close each when done.
     :data:`CPU_DEVICE` is a device process with every GPU hidden, serving the CPU's jobs."""
     return [
-        DeviceProcess("", index=0, jobs=CPU_JOBS)
+        DeviceProcess("", index=0, jobs=CPU_JOBS, env=CPU_ENV)
         if gpu == CPU_DEVICE
         else DeviceProcess(gpu, index=device_index(gpu, i))
         for i, gpu in enumerate(gpus)

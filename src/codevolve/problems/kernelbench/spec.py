@@ -42,8 +42,8 @@ class JudgeSettings:
     timeout_s: float = 600.0  # seconds per judged program (the first one compiles the baseline)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.seeds <= 20:
-            raise KernelProblemError(f"seeds must be 1..20, got {self.seeds}")
+        if not 1 <= self.seeds <= 16:
+            raise KernelProblemError(f"seeds must be 1..16, got {self.seeds}")
         if not 3 <= self.trials <= 1000:
             raise KernelProblemError(f"trials must be 3..1000, got {self.trials}")
         if not 0 <= self.warmup <= 100:

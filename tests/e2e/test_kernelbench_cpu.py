@@ -1,0 +1,108 @@
+"""KernelBench problems end to end through the real command, the judge in a CPU device process.
+
+``--gpus cpu`` runs the device jobs in a process that sees no GPU (Triton kernels in Triton's
+interpreter). The figures are CPU figures; what is tested is the path: a file read, the job
+written, the simulated proposer's rewrite judged correct and faster, the set's table and fast_p,
+and a second run of the same command reusing the finished jobs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import codevolve
+
+pytest.importorskip("torch")
+
+pytestmark = pytest.mark.slow
+
+DIAG = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """diag(A) @ B: a dense matrix product where a broadcast product does."""
+
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, A, B):
+        return torch.diag(A) @ B
+
+M = 768
+N = 256
+
+def get_inputs():
+    return [torch.rand(M), torch.rand(M, N)]
+
+def get_init_inputs():
+    return []
+'''
+
+SWISH = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+
+def get_inputs():
+    return [torch.rand(32, 512)]
+
+def get_init_inputs():
+    return []
+"""
+
+JUDGE = ("--gpus", "cpu", "--baselines", "eager", "--judge-seeds", "1", "--judge-trials", "5")
+
+
+def test_one_problem_file_evolves_to_a_correct_faster_model_new(tmp_path: Path) -> None:
+    problem = tmp_path / "12_diag_matmul.py"
+    problem.write_text(DIAG)
+    db = tmp_path / "kb.sqlite"
+    report = tmp_path / "report.json"
+    outcome = codevolve(
+        "run", "--kernel-problem", str(problem), "--proposals", "4", "--quiet",
+        "--db", str(db), "--report", str(report), *JUDGE, timeout=600,
+    )  # fmt: skip
+    assert outcome.returncode == 0, outcome.stderr
+    figures = json.loads(report.read_text())
+    # The broadcast rewrite skips an M x M matrix: tens of times faster even on a busy CPU.
+    assert figures["best_score"] > 3, figures
+    best = codevolve("best", figures["job_id"], "--db", str(db))
+    assert "class ModelNew" in best.stdout and "A.unsqueeze(1) * B" in best.stdout
+
+
+def test_a_set_reports_fast_p_and_a_second_run_reuses_its_jobs(tmp_path: Path) -> None:
+    level = tmp_path / "KernelBench" / "level1"
+    level.mkdir(parents=True)
+    (level / "12_diag_matmul.py").write_text(DIAG)
+    (level / "25_Swish.py").write_text(SWISH)
+    (level / "99_broken.py").write_text("import torch\n")  # not a problem: skipped, counted
+    db = tmp_path / "kb.sqlite"
+    report = tmp_path / "set.json"
+    command = (
+        "kernelbench", "--dir", str(tmp_path / "KernelBench"), "--level", "1",
+        "--problems", "1-99", "--proposals", "3", "--db", str(db), "--report", str(report),
+        *JUDGE,
+    )  # fmt: skip
+    first = codevolve(*command, timeout=900)
+    assert first.returncode == 0, first.stderr
+    figures = json.loads(report.read_text())
+    assert [row["problem"] for row in figures["rows"]] == ["12_diag_matmul", "25_Swish"]
+    assert [s["problem"] for s in figures["skipped"]] == ["99_broken"]
+    assert figures["problems"] == 3  # the skipped file counts in every denominator
+    assert figures["fast_p_eager"]["0.0"] == 2 / 3
+    assert figures["fast_p_eager"]["1.0"] >= 1 / 3  # the diag rewrite at least
+    assert figures["fast_p_compile"]["1.0"] is None  # compile was not timed
+    assert "fast_1" in first.stdout
+
+    again = codevolve(*command, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("done before") == 2
+    assert json.loads(report.read_text())["rows"] == figures["rows"]
