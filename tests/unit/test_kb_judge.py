@@ -119,7 +119,7 @@ def rules_off(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 # -- right candidates ------------------------------------------------------------------------
 
 
-def test_the_reference_copied_into_model_new_passes_at_about_the_reference_speed(
+def test_the_reference_copied_into_model_new_passes_and_is_timed(
     loader: KbLoader,
 ) -> None:
     reference = _reference(CUMSUM_MODEL, "[torch.rand(64, 4000)]", "[1]")
