@@ -42,6 +42,7 @@ class KernelRow:
     compile_ms: float | None
     uses_triton: bool
     best_program_id: str | None
+    best_source: str | None = None  # the best program's source (the report carries it)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,6 +81,7 @@ async def kernel_row(session: AsyncSession, job: Job) -> KernelRow | None:
         compile_ms=compile_ms,
         uses_triton=best is not None and "triton.jit" in best.source,
         best_program_id=job.best_program_id,
+        best_source=None if best is None else best.source,
     )
 
 
