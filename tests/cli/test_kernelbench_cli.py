@@ -8,7 +8,7 @@ import pytest
 
 from tests.cli.conftest import codevolve, job_rows
 
-PROBLEM = '''import torch
+PROBLEM = """import torch
 import torch.nn as nn
 
 class Model(nn.Module):
@@ -23,7 +23,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 @pytest.fixture
@@ -100,3 +100,12 @@ def test_kernelbench_names_a_missing_folder_level_or_a_bad_range(
     assert "'one'" in line
     line = _refused("kernelbench", "--dir", str(tmp_path), "--problems", "40", db=db)
     assert "no KernelBench problem files" in line
+
+
+def test_a_problem_whose_judge_needs_a_gpu_is_refused_before_a_job_when_there_is_none(
+    problem: Path, tmp_path: Path
+) -> None:
+    line = _refused(
+        "run", "--kernel-problem", str(problem), "--gpus", "none", db=tmp_path / "db.sqlite"
+    )
+    assert line == "error: 25_Swish: its cascade needs a GPU and this run has none (--gpus none)"

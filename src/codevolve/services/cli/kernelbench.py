@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -34,6 +35,9 @@ from codevolve.services.cli.kernel_problem import (
 )
 from codevolve.services.cli.options import EXIT_FAILED, at_least, db_option
 from codevolve.services.read_models.kernelbench import KernelRow, kernel_rows, summary
+
+if TYPE_CHECKING:
+    from codevolve.evaluator_workers.gpu.device_process import DeviceProcess
 
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
 _NUMBERED = re.compile(r"^(\d+)_.*\.py$")
@@ -147,6 +151,26 @@ async def _run_all(
     args: argparse.Namespace, configs: list[tuple[str, RunConfig]], console: Console
 ) -> tuple[list[Job], str | None]:
     """Run each problem's job in turn (reusing or resuming one the database holds)."""
+    from codevolve.evaluator_workers.gpu.pinning import embedded_gpus, open_devices
+    from codevolve.services.runtime.problems import cached_problem
+
+    jobs: list[Job] = []
+    if not configs:
+        return jobs, None
+    # One device process for the whole set: torch imported and kernels compiled once, not per
+    # problem (seconds of GPU time each).
+    stages = cached_problem(configs[0][1].problem).stages
+    with contextlib.ExitStack() as held:
+        devices = [held.enter_context(d) for d in open_devices(embedded_gpus(stages, args.gpus))]
+        return await _run_each(args, configs, console, devices or None)
+
+
+async def _run_each(
+    args: argparse.Namespace,
+    configs: list[tuple[str, RunConfig]],
+    console: Console,
+    devices: list[DeviceProcess] | None,
+) -> tuple[list[Job], str | None]:
     from codevolve.services.runtime.embedded import run_embedded
 
     jobs: list[Job] = []
@@ -165,6 +189,7 @@ async def _run_all(
             resume=resume,
             workers=args.workers,
             gpus=args.gpus,
+            devices=devices,
             handle_signals=True,
         )
         job = await _job(args.db, result.job_id)

@@ -11,13 +11,14 @@ import contextlib
 import gc
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from codevolve.core.config import RunConfig
+from codevolve.core.device import GPU, needed_capabilities
 from codevolve.core.errors import ConfigError
 from codevolve.core.job import Job, JobState
 from codevolve.core.problem import Problem
@@ -84,6 +85,7 @@ async def run_embedded(
     resume: str | None = None,
     workers: int = 2,
     gpus: str | None = None,
+    devices: Sequence[DeviceProcess] | None = None,
     proposal_processes: int = 0,
     on_start: Callable[[Job], None] | None = None,
     on_progress: Callable[[Progress], None] | None = None,
@@ -113,7 +115,8 @@ async def run_embedded(
                     problem,
                     sessions=sessions,
                     workers=workers,
-                    devices=open_devices(gpu_ids),
+                    devices=list(devices) if devices is not None else open_devices(gpu_ids),
+                    owned=devices is None,
                     proposal_processes=proposal_processes,
                     on_progress=on_progress,
                 )
@@ -139,15 +142,17 @@ async def _run_job(
     sessions: async_sessionmaker[AsyncSession],
     workers: int,
     devices: list[DeviceProcess],
+    owned: bool,
     proposal_processes: int,
     on_progress: Callable[[Progress], None] | None,
 ) -> JobState:
     """The controller and the in-process workers of one job, until the controller ends."""
     queue = LocalQueue()
     stop = asyncio.Event()
-    # One worker per GPU when the problem has GPU stages and a GPU is here (or --gpus).
+    # One worker per GPU when the problem has GPU stages and a GPU is here (or --gpus); devices
+    # this run opened (``owned``) are closed at its end.
     with SandboxPool(size=workers) as pool, contextlib.ExitStack() as held:
-        for opened in devices:
+        for opened in devices if owned else ():
             held.enter_context(opened)
         async with asyncio.TaskGroup() as tg:
             for name, loops, device in worker_slots(workers, devices):
@@ -198,6 +203,13 @@ async def _create_or_load(
     await prepare_problem(session, name)  # fail early; a bundle is stored (or read back)
     problem = cached_problem(name)
     gpu_ids = embedded_gpus(problem.stages, gpus)
+    if not gpu_ids and GPU in needed_capabilities(problem.stages):
+        hint = " (--gpus cpu judges a KernelBench problem on the CPU)" if gpus is None else ""
+        label = getattr(problem, "title", name)  # a KernelBench file's name, not its bundle id
+        raise ConfigError(
+            f"{label}: its cascade needs a GPU and this run has none "
+            f"({'--gpus ' + gpus if gpus is not None else 'no GPU visible'}){hint}"
+        )
     if loaded is None:
         assert config is not None
         return await repository.create_job(session, config), problem, gpu_ids
