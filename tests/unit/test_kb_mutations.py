@@ -27,7 +27,7 @@ from codevolve.core.diff import Applied
 from codevolve.core.kernel_rules import check_model_new
 from codevolve.core.prompt import ProgramView, Prompt
 from codevolve.problems.kernelbench.mutations import kernel_mutations
-from codevolve.problems.kernelbench.templates import MARKER
+from codevolve.problems.kernelbench.template_text import MARKER
 from codevolve.prompt_sampler.search_replace import apply_answer
 
 torch = pytest.importorskip("torch")

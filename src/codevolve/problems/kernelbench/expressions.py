@@ -79,6 +79,16 @@ def op_count(node: Node) -> int:
     return 1 + sum(op_count(a) for a in node.args) if isinstance(node, Op) else 0
 
 
+def renumber(node: Node, order: dict[int, int]) -> Node:
+    """``node`` with each Input(slot) as Input(order[slot]): slots of the tensors a pattern
+    keeps, numbered from 0 in the order the template loads them."""
+    if isinstance(node, Input):
+        return Input(order[node.slot])
+    if isinstance(node, Op):
+        return Op(node.name, tuple(renumber(a, order) for a in node.args))
+    return node
+
+
 def evaluate(node: Node, inputs: Sequence[np.ndarray]) -> np.ndarray:
     """``node`` in float64 numpy (no parameters, no statistics): for identification and tests."""
     if isinstance(node, Input):

@@ -5,10 +5,10 @@
   template's kernels (:mod:`codevolve.problems.kernelbench.templates`) and a forward launching
   them; the parent's forward stays as ``forward_torch``, the fallback for inputs the kernels do
   not take. A parent that already holds a template is left to ``tune``.
-- ``rewrite``: one pure-torch rewrite of the returned expression (``torch.diag(a) @ B`` as a
-  broadcast product, ``torch.max(x, dim)[0]`` as ``amax``, the cat/narrow exclusive cumsum as
-  ``cumsum(x) - x``, an elementwise chain as the fused built-in it equals); the forward's body
-  becomes one ``return``.
+- ``rewrite``: one pure-torch rewrite of the returned expression
+  (:mod:`codevolve.problems.kernelbench.rewrites`: ``torch.diag(a) @ B`` as a broadcast product,
+  ``torch.max(x, dim)[0]`` as ``amax``, the cat/narrow exclusive cumsum as ``cumsum(x) - x``, an
+  elementwise chain as the fused built-in it equals); the forward's body becomes one ``return``.
 - ``tune``: one tunable constant of a template (a line ``NAME = v  # tune: a|b|c``) to a
   neighbouring value of its list, or now and then to any value of it.
 
@@ -30,20 +30,11 @@ from codevolve.core.evolve_block import layout
 from codevolve.core.problem import Mutation
 from codevolve.core.prompt import Prompt
 from codevolve.core.pysource import check_parses, parse_python
-from codevolve.problems.kernelbench.patterns import (
-    method,
-    model_class,
-    recognise,
-    replace,
-    rewrites,
-)
-from codevolve.problems.kernelbench.templates import (
-    FALLBACK_METHOD,
-    IMPORTS,
-    MARKER,
-    TUNE,
-    template_for,
-)
+from codevolve.problems.kernelbench.forward import method, model_class
+from codevolve.problems.kernelbench.patterns import recognise
+from codevolve.problems.kernelbench.rewrites import replace, rewrites
+from codevolve.problems.kernelbench.template_text import FALLBACK_METHOD, IMPORTS, MARKER, TUNE
+from codevolve.problems.kernelbench.templates import template_for
 
 KIND_WEIGHTS = {"template": 3.0, "rewrite": 2.0, "tune": 3.0}
 JUMP_SHARE = 0.25  # how often tune jumps to any listed value instead of a neighbour

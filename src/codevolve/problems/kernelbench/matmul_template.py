@@ -1,0 +1,127 @@
+"""The template for matrix products: one tiled ``tl.dot`` kernel, batched, optionally triangular.
+
+Tiles are visited in groups of ``GROUP_M`` rows for L2 reuse; program axis 1 is the batch (a
+batch of matrices times one matrix is one tall product). Under ``triu``/``tril`` the tiles wholly
+outside the triangle store zeros, and with ``SKIP_ZERO_K = 1`` the K loop skips the blocks that
+are zero when the inputs are triangular, as those problems' ``get_inputs`` make them
+(``SKIP_ZERO_K = 0`` computes the whole product and keeps the triangle). fp32 inputs are
+multiplied in ``ieee`` precision (no tf32 rounding: the judge's tolerance is 1e-4).
+"""
+
+from __future__ import annotations
+
+from codevolve.problems.kernelbench.forward import Forward
+from codevolve.problems.kernelbench.matmul import Matmul
+from codevolve.problems.kernelbench.template_text import (
+    STAGES,
+    WARPS,
+    Template,
+    between,
+    fallback,
+    indent,
+    module_text,
+    tunable,
+)
+
+_MATMUL_KERNEL = """
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn,
+                  s_cb, s_cm, s_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TRIANGLE: tl.constexpr,
+                  SKIP_ZERO_K: tl.constexpr, PRECISION: tl.constexpr):
+    # tiles in groups of GROUP_M rows for L2 reuse; program axis 1 is the batch
+    pid = tl.program_id(0)
+    batch = tl.program_id(1).to(tl.int64)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    width = GROUP_M * grid_n
+    first_m = (pid // width) * GROUP_M
+    size_m = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % size_m
+    pid_n = (pid % width) // size_m
+    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    k_lo = 0
+    k_hi = K
+    if TRIANGLE == 1:  # triu: tiles wholly below the diagonal are zeros
+        live = pid_m * BLOCK_M < (pid_n + 1) * BLOCK_N
+        if SKIP_ZERO_K:  # upper-triangular inputs: A[i, k] = 0 for k < i, B[k, j] = 0 for k > j
+            k_lo = pid_m * BLOCK_M
+            k_hi = tl.minimum(K, (pid_n + 1) * BLOCK_N)
+        k_hi = tl.where(live, k_hi, k_lo)
+    if TRIANGLE == 2:  # tril: tiles wholly above the diagonal are zeros
+        live = pid_n * BLOCK_N < (pid_m + 1) * BLOCK_M
+        if SKIP_ZERO_K:  # lower-triangular inputs: A[i, k] = 0 for k > i, B[k, j] = 0 for k < j
+            k_lo = pid_n * BLOCK_N
+            k_hi = tl.minimum(K, (pid_m + 1) * BLOCK_M)
+        k_hi = tl.where(live, k_hi, k_lo)
+    a_base = a_ptr + batch * s_ab + rm[:, None] * s_am
+    b_base = b_ptr + batch * s_bb + rn[None, :] * s_bn
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in range((k_lo // BLOCK_K) * BLOCK_K, k_hi, BLOCK_K):
+        rk = k + tl.arange(0, BLOCK_K)
+        a = tl.load(a_base + rk[None, :] * s_ak, mask=(rm[:, None] < M) & (rk[None, :] < K),
+                    other=0.0)
+        b = tl.load(b_base + rk[:, None] * s_bk, mask=(rk[:, None] < K) & (rn[None, :] < N),
+                    other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    if TRIANGLE == 1:
+        acc = tl.where(rn[None, :] >= rm[:, None], acc, 0.0)
+    if TRIANGLE == 2:
+        acc = tl.where(rn[None, :] <= rm[:, None], acc, 0.0)
+    c = c_ptr + batch * s_cb + rm[:, None] * s_cm + rn[None, :] * s_cn
+    tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+"""
+
+
+def matmul_template(p: Matmul, forward: Forward) -> Template:
+    """The tiled product for ``p``; other ranks, dtypes or shapes fall back to torch."""
+    triangle = {"": 0, "upper": 1, "lower": 2}[p.triangle]
+    body = [
+        f"a = {p.a}",
+        f"b = {p.b}",
+        "if (not a.is_floating_point() or a.dtype != b.dtype or b.ndim not in (2, 3)",
+        "        or a.ndim not in (2, 3) or (a.ndim == 2 and b.ndim == 3)",
+        "        or a.shape[-1] != b.shape[-2]",
+        "        or (a.ndim == 3 and b.ndim == 3 and a.shape[0] != b.shape[0])):",
+        f"    {fallback(forward)}",
+        "lead = a.shape[:-1]",
+        "if b.ndim == 2 and a.ndim == 3:  # a batch of matrices times one matrix: one tall product",
+        "    a = a.reshape(-1, a.shape[-1])",
+        "a3 = a if a.ndim == 3 else a.unsqueeze(0)",
+        "b3 = b if b.ndim == 3 else b.unsqueeze(0)",
+        "batch, M, K = a3.shape",
+        "N = b3.shape[2]",
+        "c3 = torch.empty((batch, M, N), dtype=a.dtype, device=a.device)",
+        "grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), batch)",
+        "matmul_kernel[grid](",
+        "    a3, b3, c3, M, N, K, a3.stride(0), a3.stride(1), a3.stride(2),",
+        "    b3.stride(0) if b.ndim == 3 else 0, b3.stride(1), b3.stride(2),",
+        "    c3.stride(0), c3.stride(1), c3.stride(2),",
+        "    BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,",
+        f"    TRIANGLE={triangle}, SKIP_ZERO_K=bool(SKIP_ZERO_K),",
+        "    # fp32 must not round its inputs to tf32: the judge's tolerance is 1e-4",
+        '    PRECISION="ieee" if a.dtype == torch.float32 else "tf32",',
+        "    num_warps=NUM_WARPS, num_stages=NUM_STAGES,",
+        ")",
+        "if b.ndim == 3:",
+        "    return c3",
+        "return c3.reshape(*lead, N)",
+    ]
+    tunables = [
+        tunable("BLOCK_M", 64, between(16, 256)),
+        tunable("BLOCK_N", 64, between(16, 256)),
+        tunable("BLOCK_K", 32, between(16, 128)),
+        tunable("GROUP_M", 8, (1, 2, 4, 8, 16)),
+        tunable("NUM_WARPS", 4, WARPS),
+        tunable("NUM_STAGES", 3, STAGES),
+    ]
+    if triangle:
+        # the problem's inputs are triangular (its get_inputs makes them so): the K loop may skip
+        # the zero blocks; 0 computes the whole product and keeps only the triangle
+        tunables.append(tunable("SKIP_ZERO_K", 1, (0, 1)))
+    else:
+        tunables.append("SKIP_ZERO_K = 0")
+    what = f"{p.triangle}-triangular product" if p.triangle else "tiled product"
+    module = module_text("matmul", what, tunables, _MATMUL_KERNEL)
+    return Template("matmul", module, indent(body, 8))

@@ -1,0 +1,84 @@
+"""The scan pattern: a cumulative sum along a dimension, reversed, exclusive or masked.
+
+``torch.cumsum(x, dim)`` of one tensor (KernelBench Level-1 problem 89), reversed by flipping
+before and after along the same dim (91), exclusive by the ``torch.cat((zeros, x), dim).narrow(
+dim, 0, n)`` shift (92), masked by ``x * mask`` for a second tensor ``mask`` (93).
+:func:`exclusive_shift` reads the shift; the pure-torch rewrites use it too.
+
+Not recognised: cumprod (90), a cumsum with ``dtype=``, a flip along another dim, a map of x
+other than a mask product.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from codevolve.problems.kernelbench.expressions import bind, canonical_call
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    tensor: str
+    dim: str
+    reverse: bool = False
+    exclusive: bool = False
+    mask: str = ""  # a forward parameter multiplied in, or ""
+
+
+def match_scan(expr: ast.expr, tensors: Sequence[str], modules: dict[str, str]) -> Scan | None:
+    del modules
+    reverse = False
+    call = canonical_call(expr)
+    if call is not None and call.name == "flip" and len(call.args) == 2:
+        reverse, flip_dim = True, ast.unparse(call.args[1])
+        call = canonical_call(call.args[0])
+    if call is None or call.name != "cumsum":
+        return None
+    bound = bind(call, ("input", "dim"), {"dtype": None})
+    inner, dim = bound.get("input"), bound.get("dim")
+    if not isinstance(inner, ast.expr) or not isinstance(dim, ast.expr) or bound.get("dtype"):
+        return None
+    dim_source = ast.unparse(dim)
+    if reverse:
+        flipped = canonical_call(inner)
+        if flipped is None or flipped.name != "flip" or len(flipped.args) != 2:
+            return None
+        if {ast.unparse(flipped.args[1]), flip_dim} != {dim_source}:
+            return None
+        inner = flipped.args[0]
+    exclusive = exclusive_shift(inner, dim_source)
+    if exclusive is not None:
+        inner = exclusive
+    mask = ""
+    if isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Mult):
+        left, right = inner.left, inner.right
+        if isinstance(right, ast.Name) and right.id in tensors:
+            inner, mask = left, right.id
+    if not (isinstance(inner, ast.Name) and inner.id in tensors):
+        return None
+    return Scan(inner.id, dim_source, reverse, exclusive is not None, mask)
+
+
+def exclusive_shift(expr: ast.expr, dim: str) -> ast.expr | None:
+    """x of ``torch.cat((zeros_like(...), x), dim=D).narrow(D, 0, n)``: the series shifted by
+    one with a leading zero, whose cumsum is the exclusive cumsum of x."""
+    narrow = canonical_call(expr)
+    if narrow is None or narrow.name != "narrow" or len(narrow.args) != 4:
+        return None
+    if ast.unparse(narrow.args[1]) != dim or ast.unparse(narrow.args[2]) != "0":
+        return None
+    cat = canonical_call(narrow.args[0])
+    if cat is None or cat.name not in ("cat", "concat", "concatenate") or len(cat.args) != 1:
+        return None
+    parts = cat.args[0]
+    cat_dim = cat.keywords.get("dim")
+    if not isinstance(parts, ast.Tuple | ast.List) or len(parts.elts) != 2:
+        return None
+    if cat_dim is None or ast.unparse(cat_dim) != dim:
+        return None
+    zeros, series = parts.elts
+    if "zeros" not in ast.unparse(zeros):
+        return None
+    return series
