@@ -292,9 +292,16 @@ SCALE_PARAMETER = program(
 )
 
 
+SUM_OVER_TWO_DIMS = program("sum_dims", "x", "return torch.sum(x, dim=(1, 2))")
+
+
 def test_nothing_applies_to_an_unrecognised_forward() -> None:
     for kind in ("template", "rewrite", "tune"):
         assert MUTATIONS[kind].propose(prompt(CONVOLUTION), np.random.default_rng(0)) is None
+    # a reduction over several dimensions is not a row reduction
+    assert (
+        MUTATIONS["template"].propose(prompt(SUM_OVER_TWO_DIMS), np.random.default_rng(0)) is None
+    )
     # a Parameter is a tensor, not a float the kernel could take
     assert MUTATIONS["template"].propose(prompt(SCALE_PARAMETER), np.random.default_rng(0)) is None
     assert (

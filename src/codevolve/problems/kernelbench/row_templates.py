@@ -52,7 +52,8 @@ def rowwise_template(p: Rowwise, forward: Forward) -> Template:
     params = param_args(p.params)
     x = p.tensor
     body = [
-        f"if not {x}.is_floating_point() or {x}.ndim == 0 or {x}.numel() == 0:",
+        f"if (not {x}.is_floating_point() or {x}.ndim == 0 or {x}.numel() == 0",
+        f"        or not isinstance({p.dim}, int)):  # one dimension only; a tuple is torch's",
         f"    {fallback(forward)}",
         f"a0 = {p.tensor}.contiguous()",
         f"d = ({p.dim}) % a0.ndim",

@@ -72,6 +72,8 @@ def dim_and_keepdim(call: Call, names: Sequence[str]) -> tuple[str, bool] | None
     dim, keepdim = bound.get("dim"), bound.get("keepdim")
     if not isinstance(dim, ast.expr) or bound.get("dtype") is not None:
         return None
+    if isinstance(dim, ast.Tuple | ast.List):  # several dimensions: not a row reduction
+        return None
     if isinstance(keepdim, ast.Constant) and isinstance(keepdim.value, bool):
         return ast.unparse(dim), keepdim.value
     return (ast.unparse(dim), False) if keepdim is False else None
