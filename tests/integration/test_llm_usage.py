@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from codevolve.core.prompt import ProposalStatus
 from codevolve.program_db import repository
-from codevolve.program_db.usage import UsageRow
+from codevolve.program_db.usage import UsageRow, UsageTotals, usage_totals
 from tests.integration.conftest import evaluation_of, new_program, run_config
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -64,3 +64,27 @@ async def test_a_job_without_proposals_has_cost_nothing(sessions: Sessions) -> N
         job = await repository.create_job(session, run_config())
         assert await repository.job_cost(session, job.id) == 0.0
         assert await repository.proposal_usage(session, job.id) == []
+        assert await usage_totals(session, job.id) == UsageTotals(0, 0, 0.0)
+
+
+async def test_each_jobs_usage_counts_its_own_proposals_only(sessions: Sessions) -> None:
+    async with sessions.begin() as session:
+        jobs = [await repository.create_job(session, run_config()) for _ in range(2)]
+        for number, job in enumerate(jobs, start=1):
+            parent = new_program(job.id, proposal_index=-1)
+            await repository.insert_program(session, parent)
+            for index in range(number):
+                await repository.record_proposal(
+                    session, job_id=job.id, index=index, parent_id=parent.id, island=0,
+                    proposer="llm:fast", status=ProposalStatus.APPLY_FAILED, program_id=None,
+                    tokens_in=100 * number, tokens_out=10 * number, cost_usd=0.5 * number,
+                    prompt="", answer="",
+                )  # fmt: skip
+    async with sessions() as session:
+        totals = [await usage_totals(session, job.id) for job in jobs]
+        usage = [await repository.proposal_usage(session, job.id) for job in jobs]
+    assert totals == [UsageTotals(100, 10, 0.5), UsageTotals(400, 40, 2.0)]
+    assert [[(row.proposals, row.tokens_in, row.cost_usd) for row in rows] for rows in usage] == [
+        [(1, 100, 0.5)],
+        [(2, 400, 2.0)],
+    ]

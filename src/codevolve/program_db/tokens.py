@@ -6,17 +6,18 @@ does not let anyone call the API. Every function takes the caller's session and 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Executable, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.program_db.models import ApiTokenRow, utcnow
-from codevolve.program_db.sql import as_utc
+from codevolve.program_db.sql import as_utc, table_of
 
 TOKEN_PREFIX = "cv_"  # makes a leaked token recognisable to secret scanners
 TOKEN_BYTES = 32  # of randomness, before url-safe base64
@@ -68,12 +69,26 @@ async def create_token(
 
 async def find_token(session: AsyncSession, secret: str) -> ApiToken | None:
     """The live (not revoked) token whose secret this is."""
-    row = await session.scalar(
-        select(ApiTokenRow).where(
-            ApiTokenRow.token_hash == hash_token(secret), ApiTokenRow.revoked_at.is_(None)
-        )
+    found = await session.execute(_live_token_statement(), {"t_hash": hash_token(secret)})
+    row = found.first()
+    if row is None:
+        return None
+    return ApiToken(
+        id=row.id,
+        owner=row.owner,
+        can_upload=row.can_upload,
+        created_at=as_utc(row.created_at),
     )
-    return None if row is None else _to_token(row)
+
+
+@functools.cache
+def _live_token_statement() -> Executable:
+    """The lookup behind every API request that is not answered from the API's token cache:
+    built once, a Core select (no ORM row, no identity map)."""
+    tokens = table_of(ApiTokenRow)
+    return select(tokens.c.id, tokens.c.owner, tokens.c.can_upload, tokens.c.created_at).where(
+        tokens.c.token_hash == bindparam("t_hash"), tokens.c.revoked_at.is_(None)
+    )
 
 
 async def list_tokens(session: AsyncSession, *, owner: str | None = None) -> list[ApiToken]:

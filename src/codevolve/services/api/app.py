@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException
 import codevolve
 from codevolve.program_db.engine import create_engine, session_factory, upgrade
 from codevolve.program_db.errors import UnknownJobError, UnknownProgramError
-from codevolve.services.api.deps import AppState, FleetReader
+from codevolve.services.api.deps import AppState, FleetReader, reading
 from codevolve.services.api.errors import ErrorBoundary, clean, http_error, validation_failed
 from codevolve.services.api.health import HealthProbe
 from codevolve.services.api.limits import (
@@ -51,7 +51,12 @@ def create_app(
     sessions: async_sessionmaker[AsyncSession] | None = None,
     fleet: FleetReader | None = None,
 ) -> FastAPI:
-    state = AppState(settings=settings, sessions=sessions, fleet=fleet)
+    state = AppState(
+        settings=settings,
+        sessions=sessions,
+        readers=None if sessions is None else reading(sessions),
+        fleet=fleet,
+    )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -61,7 +66,9 @@ def create_app(
                 stack.push_async_callback(engine.dispose)
                 await upgrade(engine)
                 state.sessions = session_factory(engine)
+                state.readers = reading(state.sessions)
                 stack.callback(setattr, state, "sessions", None)
+                stack.callback(setattr, state, "readers", None)
             probe = HealthProbe(_url_of(state.sessions), settings.redis_url)
             stack.push_async_callback(probe.close)
             state.health = probe

@@ -7,6 +7,9 @@ so that job ids do not leak. The dashboard also accepts a sign-in cookie (a brow
 header to a page load), set by signing in at ``/login``: it holds a session id, never the token
 (logins.py). ``/metrics`` takes the admin token or ``CODEVOLVE_METRICS_TOKEN``, unless
 ``CODEVOLVE_PUBLIC_METRICS`` is set.
+
+A user token found live is trusted for a few seconds without asking the database again
+(token_cache.py): a token revoked through another process is refused within that time.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from codevolve.core.job import Job
 from codevolve.program_db import repository
-from codevolve.services.api.deps import SessionDep, settings_of, state_of
+from codevolve.program_db.tokens import ApiToken, hash_token
+from codevolve.services.api.deps import read_sessions_of, settings_of, state_of
 
 ADMIN_OWNER = "admin"
 COOKIE = "codevolve_session"
@@ -63,25 +67,36 @@ def _unauthorized(message: str) -> HTTPException:
     )
 
 
-async def principal_of(request: Request, session: SessionDep, secret: str) -> Principal | None:
+async def principal_of(request: Request, secret: str) -> Principal | None:
+    """Who holds ``secret``: the admin, the owner of a live token, or None."""
     admin = settings_of(request).admin_token
     if admin and hmac.compare_digest(secret.encode(), admin.encode()):
         return Principal(owner=ADMIN_OWNER, is_admin=True, can_upload=True)
-    token = await repository.find_token(session, secret)
+    token = await _live_token(request, secret)
     if token is None:
         return None
     return Principal(owner=token.owner, can_upload=token.can_upload)
 
 
+async def _live_token(request: Request, secret: str) -> ApiToken | None:
+    """The live token of ``secret``: from the process's token cache while it holds it (a few
+    seconds, token_cache.py), else from the database, on a connection of its own."""
+
+    async def lookup() -> ApiToken | None:
+        async with read_sessions_of(request)() as session:
+            return await repository.find_token(session, secret)
+
+    return await state_of(request).tokens.live(hash_token(secret), lookup)
+
+
 async def current_principal(
     request: Request,
-    session: SessionDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     """The caller of an API route: 401 without a valid bearer token."""
     if credentials is None:
         raise _unauthorized("missing bearer token (Authorization: Bearer <token>)")
-    principal = await principal_of(request, session, credentials.credentials)
+    principal = await principal_of(request, credentials.credentials)
     if principal is None:
         raise _unauthorized("invalid or revoked token")
     return principal
@@ -89,7 +104,6 @@ async def current_principal(
 
 async def current_viewer(
     request: Request,
-    session: SessionDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Viewer:
     """The reader of a dashboard page: anyone if the dashboard is public, else a token from the
@@ -99,7 +113,7 @@ async def current_viewer(
         if credentials is not None
         else state_of(request).logins.token_of(request.cookies.get(COOKIE, ""))
     )
-    principal = None if not secret else await principal_of(request, session, secret)
+    principal = None if not secret else await principal_of(request, secret)
     if principal is None and not settings_of(request).public_dashboard:
         if "text/html" in request.headers.get("accept", ""):  # a browser: to the sign-in form
             raise HTTPException(status.HTTP_303_SEE_OTHER, headers={"Location": "/login"})

@@ -2,6 +2,12 @@
 
 The app keeps its live objects in ``app.state.codevolve`` (an :class:`AppState`), set by
 ``create_app`` or its lifespan; nothing is created at import time.
+
+A route that changes rows takes :data:`SessionDep` (one transaction, committed when the route
+returns); a route that only reads takes :data:`ReadSessionDep`, whose statements run without a
+transaction on Postgres: ``BEGIN`` and ``COMMIT`` were two of a read's three or four round trips
+(docs/deploy.md, "Under load"). At Postgres' default READ COMMITTED every statement sees the
+data as of its own start even inside a transaction, so a read route answers the same.
 """
 
 from __future__ import annotations
@@ -12,10 +18,11 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from codevolve.services.api.health import HealthProbe
 from codevolve.services.api.logins import LoginStore
+from codevolve.services.api.token_cache import TokenCache
 from codevolve.services.settings import Settings
 
 
@@ -39,10 +46,24 @@ FleetReader = Callable[[], Awaitable[Sequence[WorkerStatus]]]
 class AppState:
     settings: Settings
     sessions: async_sessionmaker[AsyncSession] | None = None  # set by the lifespan if not given
+    readers: async_sessionmaker[AsyncSession] | None = None  # reading(sessions), set with them
     fleet: FleetReader | None = None  # None: embedded mode, in-process workers only
     health: HealthProbe | None = None  # set by the lifespan: /health's own connections
     logins: LoginStore = field(default_factory=LoginStore)  # the dashboard's sign-ins
+    tokens: TokenCache = field(default_factory=TokenCache)  # live tokens, for a few seconds
     extra: dict[str, object] = field(default_factory=dict)
+
+
+def reading(sessions: async_sessionmaker[AsyncSession]) -> async_sessionmaker[AsyncSession]:
+    """``sessions`` for reads: on Postgres their connections run each statement on its own
+    (autocommit: no ``BEGIN``, no ``COMMIT``); SQLite starts no transaction for a read anyway."""
+    bind = sessions.kw.get("bind")
+    if not isinstance(bind, AsyncEngine) or bind.dialect.name != "postgresql":
+        return sessions
+    return async_sessionmaker(
+        bind.execution_options(isolation_level="AUTOCOMMIT"),
+        **{key: value for key, value in sessions.kw.items() if key != "bind"},
+    )
 
 
 def state_of(request: Request) -> AppState:
@@ -64,4 +85,18 @@ async def _session(request: Request) -> AsyncIterator[AsyncSession]:
         yield session
 
 
+async def _read_session(request: Request) -> AsyncIterator[AsyncSession]:
+    """One session per request for a route that only reads: no transaction to commit."""
+    async with read_sessions_of(request)() as session:
+        yield session
+
+
+def read_sessions_of(request: Request) -> async_sessionmaker[AsyncSession]:
+    readers = state_of(request).readers
+    if readers is None:
+        raise RuntimeError("the app has no database: create_app(sessions=...) or run its lifespan")
+    return readers
+
+
 SessionDep = Annotated[AsyncSession, Depends(_session, scope="function")]
+ReadSessionDep = Annotated[AsyncSession, Depends(_read_session, scope="function")]

@@ -32,7 +32,7 @@ from codevolve.services.api.schemas import (
     finite,
 )
 from codevolve.services.read_models.kernelbench import KernelRow, kernel_row, summary
-from codevolve.services.read_models.usage import job_usage, program_proposal
+from codevolve.services.read_models.usage import job_usage_totals, program_proposal
 from codevolve.services.read_models.views import job_best
 from codevolve.services.runtime.problems import cached_problem
 
@@ -54,7 +54,7 @@ async def visible_job(session: AsyncSession, job_id: str, *, owner: str | None) 
 
 async def job_detail(session: AsyncSession, job: Job) -> JobDetail:
     counts = await repository.program_counts(session, job.id)
-    usage = await job_usage(session, job.id)
+    usage = await job_usage_totals(session, job.id)
     best = await job_best(session, job)
     return JobDetail(
         **JobPublic.of(job).model_dump(),
@@ -71,9 +71,9 @@ async def job_detail(session: AsyncSession, job: Job) -> JobDetail:
         ),
         remeasured=best["remeasured"],
         usage=Usage(
-            tokens_in=usage["tokens_in"],
-            tokens_out=usage["tokens_out"],
-            cost_usd=usage["cost_usd"],
+            tokens_in=usage.tokens_in,
+            tokens_out=usage.tokens_out,
+            cost_usd=usage.cost_usd,
             max_cost_usd=job.config.proposer.max_cost_usd,
         ),
     )

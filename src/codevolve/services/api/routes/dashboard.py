@@ -17,7 +17,7 @@ from markupsafe import Markup
 from codevolve.core.job import Job
 from codevolve.program_db import repository
 from codevolve.services.api.auth import COOKIE, ViewerDep, is_https, principal_of
-from codevolve.services.api.deps import SessionDep, state_of
+from codevolve.services.api.deps import ReadSessionDep, state_of
 from codevolve.services.api.fleet import FleetUnreachable
 from codevolve.services.api.highlight import highlight_python, line_numbers, render_diff
 from codevolve.services.api.queries import (
@@ -58,12 +58,12 @@ async def login_form(request: Request) -> HTMLResponse:
 
 @router.post("/login", response_model=None)
 async def login(
-    request: Request, session: SessionDep, token: Annotated[str, Form(max_length=500)]
+    request: Request, token: Annotated[str, Form(max_length=500)]
 ) -> RedirectResponse | HTMLResponse:
     """Check the token and sign in: the cookie, which the pages and polls then carry, holds a
     session id (HttpOnly, SameSite=Strict, Secure over HTTPS); a form post, so the token never
     appears in a URL or an access log."""
-    if await principal_of(request, session, token) is None:
+    if await principal_of(request, token) is None:
         context = {"page": "login", "failed": True}
         return templates.TemplateResponse(request, "login.html", context, status_code=401)
     logins = state_of(request).logins
@@ -88,25 +88,25 @@ async def logout(request: Request) -> RedirectResponse:
     return response
 
 
-async def _jobs(session: SessionDep, viewer: ViewerDep) -> list[dict[str, Any]]:
+async def _jobs(session: ReadSessionDep, viewer: ViewerDep) -> list[dict[str, Any]]:
     jobs = await repository.list_jobs(session, owner=viewer.owner_filter)
     return [JobPublic.of(job).model_dump(mode="json") for job in jobs]
 
 
 @router.get("/", response_class=HTMLResponse)
-async def jobs_page(request: Request, session: SessionDep, viewer: ViewerDep) -> HTMLResponse:
+async def jobs_page(request: Request, session: ReadSessionDep, viewer: ViewerDep) -> HTMLResponse:
     jobs = await _jobs(session, viewer)
     return templates.TemplateResponse(request, "jobs.html", {"jobs": jobs, "page": "jobs"})
 
 
 @router.get("/live/jobs.json")
-async def jobs_live(session: SessionDep, viewer: ViewerDep) -> JSONResponse:
+async def jobs_live(session: ReadSessionDep, viewer: ViewerDep) -> JSONResponse:
     return JSONResponse({"jobs": await _jobs(session, viewer)})
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_page(
-    request: Request, job_id: IdPath, session: SessionDep, viewer: ViewerDep
+    request: Request, job_id: IdPath, session: ReadSessionDep, viewer: ViewerDep
 ) -> HTMLResponse:
     job = await visible_job(session, job_id, owner=viewer.owner_filter)
     live = await _job_live(request, session, job)
@@ -116,13 +116,13 @@ async def job_page(
 
 @router.get("/jobs/{job_id}/live.json")
 async def job_live_json(
-    request: Request, job_id: IdPath, session: SessionDep, viewer: ViewerDep
+    request: Request, job_id: IdPath, session: ReadSessionDep, viewer: ViewerDep
 ) -> JSONResponse:
     job = await visible_job(session, job_id, owner=viewer.owner_filter)
     return JSONResponse(await _job_live(request, session, job))
 
 
-async def _job_live(request: Request, session: SessionDep, job: Job) -> dict[str, Any]:
+async def _job_live(request: Request, session: ReadSessionDep, job: Job) -> dict[str, Any]:
     """The job page's data; ``fleet_unreachable`` says why a job that still needs workers may
     not progress (a banner), null while the fleet answers or the job is finished."""
     down = None if job.state.finished else await fleet_unreachable(request)
@@ -131,7 +131,7 @@ async def _job_live(request: Request, session: SessionDep, job: Job) -> dict[str
 
 @router.get("/programs/{program_id}", response_class=HTMLResponse)
 async def program_page(
-    request: Request, program_id: IdPath, session: SessionDep, viewer: ViewerDep
+    request: Request, program_id: IdPath, session: ReadSessionDep, viewer: ViewerDep
 ) -> HTMLResponse:
     program = await visible_program(session, program_id, owner=viewer.owner_filter)
     detail = await program_detail(session, program)
@@ -147,7 +147,7 @@ async def program_page(
 
 @router.get("/kernelbench", response_class=HTMLResponse)
 async def kernelbench_page(
-    request: Request, session: SessionDep, viewer: ViewerDep
+    request: Request, session: ReadSessionDep, viewer: ViewerDep
 ) -> HTMLResponse:
     """The table of ``GET /api/v1/kernelbench``, built by the same function for the same viewer
     (a page cannot send the API's bearer token: the sign-in cookie stands for it here)."""
@@ -157,7 +157,7 @@ async def kernelbench_page(
 
 
 @router.get("/live/kernelbench.json")
-async def kernelbench_live(session: SessionDep, viewer: ViewerDep) -> JSONResponse:
+async def kernelbench_live(session: ReadSessionDep, viewer: ViewerDep) -> JSONResponse:
     table = await kernel_table(session, owner=viewer.owner_filter)
     return JSONResponse(table.model_dump(mode="json"))
 

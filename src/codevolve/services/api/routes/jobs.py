@@ -24,7 +24,7 @@ from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
 from codevolve.program_db.programs import ProgramOrder
 from codevolve.services.api.auth import Principal, PrincipalDep, UploaderDep
 from codevolve.services.api.bundle_check import BundleRejected, load_bundle
-from codevolve.services.api.deps import SessionDep, state_of
+from codevolve.services.api.deps import ReadSessionDep, SessionDep, state_of
 from codevolve.services.api.fleet import FleetUnreachable
 from codevolve.services.api.queries import job_detail, top_programs, visible_job
 from codevolve.services.api.schemas import (
@@ -172,7 +172,7 @@ async def create_bundle_job(
 
 @router.get("", responses={401: _ERRORS[401]})
 async def list_jobs(
-    session: SessionDep,
+    session: ReadSessionDep,
     principal: PrincipalDep,
     state: Annotated[JobState | None, Query(description="only jobs in this state")] = None,
 ) -> JobList:
@@ -182,7 +182,7 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", responses=_ERRORS)
-async def get_job(job_id: JobIdPath, session: SessionDep, principal: PrincipalDep) -> JobDetail:
+async def get_job(job_id: JobIdPath, session: ReadSessionDep, principal: PrincipalDep) -> JobDetail:
     job = await visible_job(session, job_id, owner=_owner(principal))
     return await job_detail(session, job)
 
@@ -235,7 +235,7 @@ async def cancel_job(job_id: JobIdPath, session: SessionDep, principal: Principa
 @router.get("/{job_id}/programs", responses=_ERRORS)
 async def list_job_programs(
     job_id: JobIdPath,
-    session: SessionDep,
+    session: ReadSessionDep,
     principal: PrincipalDep,
     island: Annotated[int | None, Query(ge=0, le=255)] = None,
     program_status: Annotated[ProgramStatus | None, Query(alias="status")] = None,
@@ -262,7 +262,7 @@ async def list_job_programs(
 @router.get("/{job_id}/best", responses=_ERRORS)
 async def best_programs(
     job_id: JobIdPath,
-    session: SessionDep,
+    session: ReadSessionDep,
     principal: PrincipalDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> list[ProgramSummary]:

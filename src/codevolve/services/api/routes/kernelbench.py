@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from codevolve.services.api.auth import PrincipalDep
-from codevolve.services.api.deps import SessionDep
+from codevolve.services.api.deps import ReadSessionDep
 from codevolve.services.api.queries import kernel_table
 from codevolve.services.api.schemas import KernelTable
 
@@ -14,7 +14,7 @@ router = APIRouter(prefix="/api/v1/kernelbench", tags=["kernelbench"])
 
 
 @router.get("", responses={401: {"description": "missing or invalid token"}})
-async def kernelbench(session: SessionDep, principal: PrincipalDep) -> KernelTable:
+async def kernelbench(session: ReadSessionDep, principal: PrincipalDep) -> KernelTable:
     """Your KernelBench jobs (every owner's for the admin), newest first, each with its
     confirmed speedup over eager and ``torch.compile``; ``summary`` gives fast_p for p in 0, 1,
     1.5 and 2 over those rows. Jobs of other problems are not listed."""

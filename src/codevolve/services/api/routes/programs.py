@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from codevolve.services.api.auth import PrincipalDep
-from codevolve.services.api.deps import SessionDep
+from codevolve.services.api.deps import ReadSessionDep
 from codevolve.services.api.queries import program_detail, visible_program
 from codevolve.services.api.schemas import ProgramDetail
 
@@ -23,7 +23,7 @@ ProgramIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="prog
     },
 )
 async def get_program(
-    program_id: ProgramIdPath, session: SessionDep, principal: PrincipalDep
+    program_id: ProgramIdPath, session: ReadSessionDep, principal: PrincipalDep
 ) -> ProgramDetail:
     owner = None if principal.is_admin else principal.owner
     program = await visible_program(session, program_id, owner=owner)

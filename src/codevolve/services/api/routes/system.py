@@ -9,7 +9,7 @@ import codevolve
 from codevolve.problems.registry import problem_names
 from codevolve.program_db import repository
 from codevolve.services.api.auth import MetricsReaderDep, PrincipalDep
-from codevolve.services.api.deps import SessionDep, WorkerStatus, state_of
+from codevolve.services.api.deps import ReadSessionDep, WorkerStatus, state_of
 from codevolve.services.api.fleet import FleetUnreachable
 from codevolve.services.api.health import Health
 from codevolve.services.api.schemas import Fleet, WorkerPublic
@@ -92,7 +92,7 @@ async def workers(request: Request, _principal: PrincipalDep) -> Fleet:
     dependencies=[MetricsReaderDep],
     responses={401: {"description": "missing or invalid metrics token"}},
 )
-async def metrics(request: Request, session: SessionDep) -> PlainTextResponse:
+async def metrics(request: Request, session: ReadSessionDep) -> PlainTextResponse:
     """Prometheus text format: jobs per state, programs per status, workers (every owner's).
     Needs the metrics or admin token, unless ``CODEVOLVE_PUBLIC_METRICS`` is set."""
     jobs = await repository.jobs_by_state(session)

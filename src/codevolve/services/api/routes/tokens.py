@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Response, status
+from fastapi import APIRouter, HTTPException, Path, Request, Response, status
 
 from codevolve.program_db import repository
 from codevolve.program_db.tokens import ApiToken
 from codevolve.services.api.auth import AdminDep
-from codevolve.services.api.deps import SessionDep
+from codevolve.services.api.deps import ReadSessionDep, SessionDep, state_of
 from codevolve.services.api.schemas import TokenCreate, TokenCreated, TokenList, TokenPublic
 
 router = APIRouter(
@@ -42,7 +42,7 @@ async def create_token(body: TokenCreate, session: SessionDep, _admin: AdminDep)
 
 
 @router.get("")
-async def list_tokens(session: SessionDep, _admin: AdminDep) -> TokenList:
+async def list_tokens(session: ReadSessionDep, _admin: AdminDep) -> TokenList:
     return TokenList(tokens=[_public(t) for t in await repository.list_tokens(session)])
 
 
@@ -52,8 +52,14 @@ async def list_tokens(session: SessionDep, _admin: AdminDep) -> TokenList:
     responses={404: {"description": "no such live token"}},
 )
 async def revoke_token(
-    token_id: Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")], session: SessionDep, _admin: AdminDep
+    request: Request,
+    token_id: Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")],
+    session: SessionDep,
+    _admin: AdminDep,
 ) -> Response:
+    """Revoke a token: refused at once by this API process, within a few seconds by others
+    (each keeps the tokens it checked for that long, token_cache.py)."""
     if not await repository.revoke_token(session, token_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no live token {token_id}")
+    state_of(request).tokens.forget(token_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
