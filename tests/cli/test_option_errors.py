@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from tests.cli.conftest import codevolve, job_rows, sha256
         (("--islands", "0"), "error: --islands must be at least 1, got 0"),
         (("--in-flight", "-1"), "error: --in-flight must be at least 1, got -1"),
         (("--max-wall-s", "0"), "error: --max-wall-s must be more than 0.0, got 0.0"),
+        (("--remeasure-samples", "0"), "error: --remeasure-samples must be at least 1, got 0"),
+        (("--remeasure-samples", "101"), "error: --remeasure-samples must be at most 100, got 101"),
     ],
 )
 def test_a_refused_run_option_is_named_as_typed_and_nothing_is_written(
@@ -144,3 +147,15 @@ def test_a_problem_folders_config_yaml_is_held_to_the_same_caps(
     assert outcome.error_line == f"error: config.yaml: {message}"
     assert "Traceback" not in outcome.stderr
     assert not (tmp_path / "p.sqlite").exists()
+
+
+def test_remeasure_samples_is_stored_with_the_job(tmp_path: Path) -> None:
+    outcome = codevolve(
+        "submit", "gemm-tiling", "--remeasure-samples", "1", "--json", "--db", "s.sqlite",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert outcome.returncode == 0, outcome.stderr
+    status = codevolve(
+        "status", json.loads(outcome.stdout)["job_id"], "--json", "--db", "s.sqlite", cwd=tmp_path
+    )
+    assert json.loads(status.stdout)["config"]["remeasure_samples"] == 1

@@ -38,6 +38,7 @@ NAMES: dict[str, tuple[str | None, str | None]] = {
     "max_wall_s": ("max_wall_s", "--max-wall-s"),
     "islands": ("islands", "--islands"),
     "max_in_flight": ("in_flight", "--in-flight"),
+    "remeasure_samples": ("remeasure_samples", "--remeasure-samples"),
     "exploit_ratio": ("exploit_ratio", None),
     "migration_interval": ("migration_interval", None),
     "migrants": ("migrants", None),
@@ -67,6 +68,7 @@ CAPS: dict[str, int | float] = {
     "max_wall_s": 30 * 86400,  # seconds
     "islands": 256,
     "max_in_flight": 4096,
+    "remeasure_samples": 100,
     "exploit_ratio": 1,
     "migration_interval": MAX_PROPOSALS,
     "migrants": 64,

@@ -28,6 +28,7 @@ from codevolve.evaluator_workers.redis_queue import QueueTuning
 from codevolve.services.cli.options import (
     EXIT_FAILED,
     JOB_KEYS,
+    REMEASURE_HELP,
     at_least,
     check_problem,
     config_error,
@@ -123,6 +124,7 @@ def register(sub: Any) -> None:
     submit.add_argument("--islands", type=int, default=None)
     submit.add_argument("--max-wall-s", type=float, default=None, help="wall-clock budget, s")
     submit.add_argument("--in-flight", type=int, default=None, help="proposals in flight at once")
+    submit.add_argument("--remeasure-samples", type=int, default=None, help=REMEASURE_HELP)
     submit.add_argument("--config", default=None, help="JSON of further RunConfig fields")
     submit.add_argument("--owner", default="", help="owner recorded with the job")
     submit.add_argument("--json", action="store_true", help="print JSON")

@@ -33,7 +33,7 @@ from codevolve.services.cli.kernel_problem import (
     judge_settings,
     kernel_run_config,
 )
-from codevolve.services.cli.options import EXIT_FAILED, at_least, db_option
+from codevolve.services.cli.options import EXIT_FAILED, REMEASURE_HELP, at_least, db_option
 from codevolve.services.read_models.kernelbench import KernelRow, kernel_rows, summary
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ def register(sub: Any) -> None:
         "--proposals", type=at_least(1), default=100, help="proposals per problem (100)"
     )
     bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--remeasure-samples", type=int, default=None, help=REMEASURE_HELP)
     bench.add_argument("--workers", type=at_least(1), default=2, help="evaluation workers (2)")
     bench.add_argument("--gpus", default=None, help="all, ids, or cpu (default: one GPU)")
     bench.add_argument("--report", type=Path, help="write the per-problem table as JSON here")

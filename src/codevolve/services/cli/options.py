@@ -25,7 +25,11 @@ EXIT_FAILED = 1  # the command ran and its subject failed (a program rejected, a
 EXIT_USAGE = 2  # what the user typed cannot be used; nothing was changed
 # The job keys ``run`` takes as options (argparse dests, the API's JSON keys: run_config.NAMES),
 # in the order ``--resume`` checks them.
-JOB_KEYS = ("seed", "proposals", "islands", "max_wall_s", "in_flight")
+JOB_KEYS = ("seed", "proposals", "islands", "max_wall_s", "in_flight", "remeasure_samples")
+REMEASURE_HELP = (
+    "independent samples a would-be best is re-measured on before it counts (5; a deterministic "
+    "evaluator needs 1)"
+)
 
 
 class Parser(argparse.ArgumentParser):

@@ -19,8 +19,8 @@ from typing import Any
 from codevolve.core.config import RunConfig
 from codevolve.core.errors import ConfigError
 from codevolve.problems.openevolve import select_folder
-from codevolve.problems.openevolve.loaded import openevolve_problem
 from codevolve.problems.openevolve.bundle import CONFIG
+from codevolve.problems.openevolve.loaded import openevolve_problem
 from codevolve.services.cli import llm as cli_llm
 from codevolve.services.cli.options import JOB_KEYS, config_error
 from codevolve.services.run_config import RunConfigRefused, bundle_run_config

@@ -33,11 +33,12 @@ from codevolve.core.errors import ConfigError
 from codevolve.core.job import Job
 from codevolve.program_db.errors import UnknownJobError
 from codevolve.services.cli import dist as cli_dist
-from codevolve.services.cli import llm as cli_llm
 from codevolve.services.cli import kernel_problem, problem_dir
+from codevolve.services.cli import llm as cli_llm
 from codevolve.services.cli.options import (
     EXIT_FAILED,
     JOB_KEYS,
+    REMEASURE_HELP,
     at_least,
     check_problem,
     config_error,
@@ -62,6 +63,7 @@ def register(sub: Any) -> None:
     run.add_argument("--islands", type=int, default=None)
     run.add_argument("--max-wall-s", type=float, default=None, help="wall-clock budget, seconds")
     run.add_argument("--in-flight", type=int, default=None, help="proposals in flight at once")
+    run.add_argument("--remeasure-samples", type=int, default=None, help=REMEASURE_HELP)
     run.add_argument(
         "--workers", type=at_least(1), default=2, help="in-process evaluation workers (2)"
     )
@@ -69,7 +71,7 @@ def register(sub: Any) -> None:
     run.add_argument(
         "--gpus",
         default=None,
-        help="GPU stages: all, none, ids, or cpu (device jobs on the CPU; default: one GPU if needed)",
+        help="GPU stages: all, none, ids, or cpu (device jobs on the CPU; default: one GPU)",
     )
     run.add_argument("--resume", metavar="JOB", help="continue a job that was interrupted")
     run.add_argument("--report", type=Path, help="write the JSON report here")
