@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from codevolve.core.codec import remeasure_from_dict, remeasure_to_dict
@@ -17,6 +18,7 @@ from codevolve.core.measurement import (
     confirm,
     flag_suspicious,
     judge,
+    quantile,
     spread,
 )
 from codevolve.core.program import CaseResult, Evaluation, ProgramStatus, StageResult
@@ -43,6 +45,13 @@ def test_equal_ratios_have_no_spread() -> None:
 def test_spread_refuses_what_is_not_positive_finite_numbers(bad: list[float]) -> None:
     with pytest.raises(MeasurementError):
         spread(bad)
+
+
+@pytest.mark.parametrize("q", [0.0, 0.1, 0.2, 0.5, 0.8, 0.9, 1.0])
+def test_quantiles_interpolate_between_order_statistics_as_numpy_does(q: float) -> None:
+    samples = [3.0, 1.0, 7.5, 2.25, 9.0, 4.0]  # unsorted: quantile sorts
+    assert quantile(samples, q) == pytest.approx(float(np.quantile(samples, q)))
+    assert quantile([5.0], q) == 5.0
 
 
 def test_a_lucky_winner_is_reported_by_its_independent_samples_and_noted() -> None:

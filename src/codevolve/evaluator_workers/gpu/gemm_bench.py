@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -33,6 +32,8 @@ from dataclasses import asdict, dataclass
 import torch
 import triton
 
+from codevolve.core.measurement import quantile
+from codevolve.evaluator_workers.gpu.cuda_device import cuda_device_info
 from codevolve.evaluator_workers.gpu.kernel import Config, compile_only, matmul
 
 FLUSH_MIN_BYTES = 256 * 1024 * 1024
@@ -62,17 +63,7 @@ class Timing:
 
 
 def device_info() -> dict[str, object]:
-    props = torch.cuda.get_device_properties(0)
-    return {
-        "name": props.name,
-        "index": int(os.environ.get("CODEVOLVE_DEVICE_INDEX", "0")),
-        "sms": props.multi_processor_count,
-        "l2_bytes": props.L2_cache_size,
-        "memory_bytes": props.total_memory,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "cuda": str(torch.version.cuda),
-    }
+    return {**cuda_device_info(), "triton": triton.__version__}
 
 
 def compile_config(config: Config) -> str:
@@ -254,23 +245,16 @@ class _CheckInputs:
 def alternating_timing(events: Sequence[torch.cuda.Event], samples: int) -> Timing:
     """The timing of ``samples`` rounds recorded as four CUDA events each (candidate start, end,
     cuBLAS start, end), after the stream was synchronised: medians and 20/80 % quantiles."""
-    ours = sorted(events[4 * r].elapsed_time(events[4 * r + 1]) * 1e3 for r in range(samples))
-    ref = sorted(events[4 * r + 2].elapsed_time(events[4 * r + 3]) * 1e3 for r in range(samples))
+    ours = [events[4 * r].elapsed_time(events[4 * r + 1]) * 1e3 for r in range(samples)]
+    ref = [events[4 * r + 2].elapsed_time(events[4 * r + 3]) * 1e3 for r in range(samples)]
     return Timing(
         status="ok",
-        t_us=_quantile(ours, 0.5),
-        p20_us=_quantile(ours, 0.2),
-        p80_us=_quantile(ours, 0.8),
-        cublas_us=_quantile(ref, 0.5),
+        t_us=quantile(ours, 0.5),
+        p20_us=quantile(ours, 0.2),
+        p80_us=quantile(ours, 0.8),
+        cublas_us=quantile(ref, 0.5),
         samples=samples,
     )
-
-
-def _quantile(sorted_values: list[float], q: float) -> float:
-    position = q * (len(sorted_values) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(sorted_values) - 1)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
 
 
 def timing_dict(timing: Timing) -> dict[str, object]:

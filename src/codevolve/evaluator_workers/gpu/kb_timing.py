@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -37,6 +36,7 @@ from typing import Any, Protocol
 
 import torch
 
+from codevolve.core.measurement import quantile
 from codevolve.evaluator_workers.gpu.kb_watch import raise_if_context_broken
 
 FLUSH_MIN_BYTES = 256 << 20  # the L2 flush writes at least this much, and twice the L2
@@ -217,15 +217,6 @@ def _held(output: Any) -> Any:
 
 def median(samples: Sequence[float]) -> float:
     return quantile(samples, 0.5)
-
-
-def quantile(samples: Sequence[float], q: float) -> float:
-    """Linear interpolation between the order statistics (numpy's default)."""
-    ordered = sorted(samples)
-    position = q * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def summary(
