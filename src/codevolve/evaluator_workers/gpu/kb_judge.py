@@ -28,7 +28,6 @@ Imported only in the device process and in tests (needs torch).
 
 from __future__ import annotations
 
-import os
 import platform
 import threading
 import time
@@ -38,6 +37,7 @@ from typing import Any
 
 import torch
 
+from codevolve.evaluator_workers.gpu.cuda_device import cuda_device_info
 from codevolve.evaluator_workers.gpu.kb_compare import (
     aliased_input,
     all_finite,
@@ -168,17 +168,7 @@ def _new_reply(device: str, settings: JudgeSettings) -> dict[str, Any]:
 
 def device_info(device: str) -> dict[str, Any]:
     if device == "cuda":
-        props = torch.cuda.get_device_properties(0)
-        return {
-            "type": "cuda",
-            "name": props.name,
-            "index": int(os.environ.get("CODEVOLVE_DEVICE_INDEX", "0")),
-            "sms": props.multi_processor_count,
-            "l2_bytes": props.L2_cache_size,
-            "memory_bytes": props.total_memory,
-            "torch": torch.__version__,
-            "cuda": str(torch.version.cuda),
-        }
+        return {"type": "cuda", **cuda_device_info()}
     name = platform.processor() or platform.machine()
     return {
         "type": "cpu",

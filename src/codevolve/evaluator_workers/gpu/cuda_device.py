@@ -1,0 +1,28 @@
+"""The CUDA device a device process holds, as every measurement taken on it records it.
+
+Imports torch, not Triton: the KernelBench judge describes its device with it too, and runs where
+Triton may be missing (``--gpus cpu``). Imported only in the device process.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+INDEX_ENV = "CODEVOLVE_DEVICE_INDEX"  # the host's index of the one GPU this process sees
+
+
+def cuda_device_info() -> dict[str, object]:
+    """The device's name, host index and size (SMs, L2, memory), with torch's and CUDA's
+    versions."""
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "name": props.name,
+        "index": int(os.environ.get(INDEX_ENV, "0")),
+        "sms": props.multi_processor_count,
+        "l2_bytes": props.L2_cache_size,
+        "memory_bytes": props.total_memory,
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda),
+    }
