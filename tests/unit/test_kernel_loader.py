@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 
-from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader, LoadError
+from codevolve.evaluator_workers.gpu.kernel_loader import (
+    LOADED_LIMIT,
+    KernelLoader,
+    LoadError,
+    cached,
+)
 
 ENTRY = "def matmul(x, w, y, workspace, num_sms):\n    return max(x, w) + len(range(y))\n"
 
@@ -23,6 +29,22 @@ def test_a_plain_module_loads_once_per_source_and_keeps_its_file(
     assert callable(launch) and launch(2, 3, 4, None, 132) == 7
     assert loader.load(ENTRY) is launch  # cached by the source's hash
     assert [p.read_text() for p in tmp_path.glob("candidate_*.py")] == [ENTRY]
+
+
+def test_the_cache_loads_each_digest_once_and_drops_the_oldest_past_its_limit() -> None:
+    cache: dict[str, int] = {}
+    loads: list[str] = []
+
+    def load(digest: str) -> int:
+        loads.append(digest)
+        return len(loads)
+
+    for index in range(LOADED_LIMIT + 1):
+        digest = f"d{index}"
+        cached(cache, digest, functools.partial(load, digest))
+    assert cached(cache, "d1", lambda: load("again")) == 2  # kept: loaded once
+    assert len(cache) == LOADED_LIMIT and "d0" not in cache  # the oldest went first
+    assert loads == [f"d{index}" for index in range(LOADED_LIMIT + 1)]
 
 
 @pytest.mark.parametrize(

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import builtins
 import dis
-import hashlib
 import os
 import sys
-import tempfile
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,11 +37,12 @@ from codevolve.core.kernel_rules import (
     check_reference,
 )
 from codevolve.evaluator_workers.gpu.kernel_loader import (
-    CACHE_DIR_ENV,
-    LOADED_LIMIT,
     SAFE_BUILTINS,
     LoadError,
-    scrub_environment,
+    SourceModules,
+    builtins_table,
+    cached,
+    source_digest,
 )
 
 # What a candidate's module may call beyond kernel_loader's arithmetic and containers: what a
@@ -102,12 +101,6 @@ def _guarded_import(
     return builtins.__import__(name, globals_, locals_, fromlist, level)
 
 
-def _candidate_builtins() -> dict[str, Any]:
-    table = {name: getattr(builtins, name) for name in CANDIDATE_BUILTINS}
-    table["__import__"] = _guarded_import
-    return table
-
-
 class KbLoader:
     """Loads references (cached by hash) and candidates (executed afresh) from source."""
 
@@ -115,26 +108,20 @@ class KbLoader:
         self, directory: Path | None = None, *, environ: MutableMapping[str, str] = os.environ
     ) -> None:
         """``environ``: the environment to cut down (this process's; tests pass their own)."""
-        root = directory or Path(environ.get(CACHE_DIR_ENV) or tempfile.mkdtemp("-kb"))
-        scrub_environment(environ)
-        root.mkdir(parents=True, exist_ok=True)
-        self._dir = root
+        self._modules = SourceModules(directory, environ=environ, suffix="-kb")
         self._references: dict[str, ReferenceProgram | LoadError] = {}
 
     def reference(self, source: str) -> ReferenceProgram | LoadError:
-        digest = _digest(source)
-        if digest not in self._references:
-            if len(self._references) >= LOADED_LIMIT:
-                self._references.pop(next(iter(self._references)))
-            self._references[digest] = self._load_reference(source, digest)
-        return self._references[digest]
+        digest = source_digest(source)
+        return cached(self._references, digest, lambda: self._load_reference(source, digest))
 
     def candidate(self, source: str) -> CandidateProgram | LoadError:
         problem = check_model_new(source)
         if problem:
             return LoadError(problem)
-        digest = _digest(source)
-        namespace = self._execute(source, f"kb_candidate_{digest[:20]}", _candidate_builtins())
+        digest = source_digest(source)
+        table = builtins_table(CANDIDATE_BUILTINS, _guarded_import)
+        namespace = self._modules.run(source, f"kb_candidate_{digest[:20]}", table)
         if isinstance(namespace, LoadError):
             return namespace
         model_new = namespace.get(CANDIDATE_CLASS)
@@ -146,7 +133,7 @@ class KbLoader:
         problem = check_reference(source)
         if problem:
             return LoadError(f"reference: {problem}")
-        namespace = self._execute(source, f"kb_reference_{digest[:20]}", builtins)
+        namespace = self._modules.run(source, f"kb_reference_{digest[:20]}", builtins)
         if isinstance(namespace, LoadError):
             return LoadError(f"reference: {namespace.message}")
         model, get_inputs, get_init_inputs = (
@@ -155,19 +142,3 @@ class KbLoader:
         if not (callable(model) and callable(get_inputs) and callable(get_init_inputs)):
             return LoadError("reference: Model, get_inputs or get_init_inputs is not callable")
         return ReferenceProgram(model, get_inputs, get_init_inputs, digest)
-
-    def _execute(self, source: str, name: str, table: Any) -> dict[str, Any] | LoadError:
-        """Run ``source`` as a module named ``name`` from its file; its namespace."""
-        path = self._dir / f"{name}.py"
-        if not path.exists():
-            path.write_text(source)
-        namespace: dict[str, Any] = {"__builtins__": table, "__name__": name, "__file__": str(path)}
-        try:
-            exec(compile(source, str(path), "exec"), namespace)
-        except Exception as exc:  # noqa: BLE001 - the program's module: any error is a result
-            return LoadError(f"loading the program raised {type(exc).__name__}: {exc}")
-        return namespace
-
-
-def _digest(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()

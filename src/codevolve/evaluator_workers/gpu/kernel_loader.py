@@ -14,7 +14,9 @@ problem's static check, on the CPU, comes first and is stricter):
 
 The source is written to a file named by its SHA-256 (Triton reads a kernel's source through
 ``inspect``, which needs a file), and the module is cached by that hash: a child whose kernels
-did not change reuses its parent's loaded module and Triton's compiled kernels.
+did not change reuses its parent's loaded module and Triton's compiled kernels. The KernelBench
+loader (kb_loader.py) runs its programs through the same pieces: :class:`SourceModules`,
+:func:`builtins_table`, :func:`cached`.
 
 Imported only in the device process (the modules it loads import Triton).
 """
@@ -26,10 +28,10 @@ import builtins
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ENTRY_POINT = "matmul"
 ALLOWED_IMPORTS = frozenset({"math", "triton", "triton.language", "triton.tools.tensor_descriptor"})
@@ -47,6 +49,7 @@ CACHE_DIR_ENV = "CODEVOLVE_KERNEL_DIR"  # where candidate sources are written (d
 LOADED_LIMIT = 256  # modules kept; the oldest is dropped first
 
 Launch = Callable[..., Any]  # matmul(x, w, y, workspace, num_sms)
+Loaded = TypeVar("Loaded")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +71,11 @@ def _guarded_import(
     return builtins.__import__(name, globals_, locals_, fromlist, level)
 
 
-def _builtins() -> dict[str, Any]:
-    table = {name: getattr(builtins, name) for name in SAFE_BUILTINS if hasattr(builtins, name)}
-    table["__import__"] = _guarded_import
+def builtins_table(names: Iterable[str], guarded_import: Callable[..., Any]) -> dict[str, Any]:
+    """The builtins a restricted module sees: ``names`` only, and ``import`` through
+    ``guarded_import``."""
+    table = {name: getattr(builtins, name) for name in names if hasattr(builtins, name)}
+    table["__import__"] = guarded_import
     return table
 
 
@@ -95,6 +100,48 @@ def scrub_environment(environ: MutableMapping[str, str]) -> None:
             del environ[key]
 
 
+def source_digest(source: str) -> str:
+    """The SHA-256 of ``source`` (hex): what its file and its cached load are named by."""
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def cached(cache: dict[str, Loaded], digest: str, load: Callable[[], Loaded]) -> Loaded:
+    """``cache[digest]``, loaded first when missing; past :data:`LOADED_LIMIT` entries the
+    oldest is dropped."""
+    if digest not in cache:
+        if len(cache) >= LOADED_LIMIT:
+            cache.pop(next(iter(cache)))
+        cache[digest] = load()
+    return cache[digest]
+
+
+class SourceModules:
+    """Sources run as modules of their own, each from a file of one folder named for it."""
+
+    def __init__(
+        self, directory: Path | None, *, environ: MutableMapping[str, str], suffix: str
+    ) -> None:
+        """The folder is ``directory``, else :data:`CACHE_DIR_ENV`'s, else a new temporary one
+        (named with ``suffix``); ``environ`` is scrubbed here, before any source runs."""
+        root = directory or Path(environ.get(CACHE_DIR_ENV) or tempfile.mkdtemp(suffix))
+        scrub_environment(environ)
+        root.mkdir(parents=True, exist_ok=True)
+        self._dir = root
+
+    def run(self, source: str, name: str, table: Any) -> dict[str, Any] | LoadError:
+        """Run ``source`` as the module ``name`` with the builtins ``table`` (a dict, or the
+        builtins module itself); its namespace, or what it raised as a LoadError."""
+        path = self._dir / f"{name}.py"
+        if not path.exists():  # named by the source's hash: a file there holds this source
+            path.write_text(source)
+        namespace: dict[str, Any] = {"__builtins__": table, "__name__": name, "__file__": str(path)}
+        try:
+            exec(compile(source, str(path), "exec"), namespace)
+        except Exception as exc:  # noqa: BLE001 - the program's module: any error is a result
+            return LoadError(f"loading the program raised {type(exc).__name__}: {exc}")
+        return namespace
+
+
 class KernelLoader:
     """Loads candidate sources as modules, once per SHA-256, and returns their entry point."""
 
@@ -102,36 +149,21 @@ class KernelLoader:
         self, directory: Path | None = None, *, environ: MutableMapping[str, str] = os.environ
     ) -> None:
         """``environ``: the environment to cut down (this process's; tests pass their own)."""
-        root = directory or Path(environ.get(CACHE_DIR_ENV) or tempfile.mkdtemp("-kernels"))
-        scrub_environment(environ)
-        root.mkdir(parents=True, exist_ok=True)
-        self._dir = root
+        self._modules = SourceModules(directory, environ=environ, suffix="-kernels")
         self._loaded: dict[str, Launch | LoadError] = {}
 
     def load(self, source: str) -> Launch | LoadError:
-        digest = hashlib.sha256(source.encode()).hexdigest()
-        if digest not in self._loaded:
-            if len(self._loaded) >= LOADED_LIMIT:
-                self._loaded.pop(next(iter(self._loaded)))
-            self._loaded[digest] = self._load(source, digest)
-        return self._loaded[digest]
+        digest = source_digest(source)
+        return cached(self._loaded, digest, lambda: self._load(source, digest))
 
     def _load(self, source: str, digest: str) -> Launch | LoadError:
         problem = dunder_problem(source)
         if problem:
             return LoadError(problem)
-        name = f"candidate_{digest[:20]}"
-        path = self._dir / f"{name}.py"
-        path.write_text(source)
-        namespace: dict[str, Any] = {
-            "__builtins__": _builtins(),
-            "__name__": name,
-            "__file__": str(path),
-        }
-        try:
-            exec(compile(source, str(path), "exec"), namespace)
-        except Exception as exc:  # noqa: BLE001 - the candidate's module: any error is a result
-            return LoadError(f"loading the program raised {type(exc).__name__}: {exc}")
+        table = builtins_table(SAFE_BUILTINS, _guarded_import)
+        namespace = self._modules.run(source, f"candidate_{digest[:20]}", table)
+        if isinstance(namespace, LoadError):
+            return namespace
         entry: Launch | None = namespace.get(ENTRY_POINT)
         if not callable(entry):
             return LoadError(f"the program defines no function {ENTRY_POINT!r}")
