@@ -8,15 +8,18 @@ returns plain data; the stage then judges that data.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ast
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, TypeAlias
 
 import numpy as np
 
+from codevolve.core.diff import Diff, Hunk
 from codevolve.core.program import StageResult
 from codevolve.core.prompt import Prompt
+from codevolve.core.pysource import check_parses, parse_python
 
 # Metric of a problem that selects on more shapes or cases than its train split (validation
 # shapes): its score on the train split alone, which the run report's train row shows.
@@ -133,6 +136,49 @@ class Mutation(Protocol):
     def kind(self) -> str: ...
 
     def propose(self, prompt: Prompt, rng: np.random.Generator) -> str | None: ...
+
+
+# (parent source, its tree, prompt, rng) -> the hunks of one edit, or None where it does not apply
+TreeEdit = Callable[[str, ast.Module, Prompt, np.random.Generator], Sequence[Hunk] | None]
+
+
+def _any_source(source: str) -> bool:
+    del source
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class TreeMutation:
+    """A domain mutation that reads the parent with ``ast`` and answers ``edit``'s hunks as one
+    diff; None when the parent does not parse or fails ``applies``, when the edit gives no hunk,
+    or (``check_child``) when the child would not parse."""
+
+    kind: str
+    edit: TreeEdit
+    weight: float = 1.0  # relative chance of being tried first (see the simulated proposer)
+    applies: Callable[[str], bool] = _any_source  # a check of the parent's source, before the edit
+    check_child: bool = False
+
+    def propose(self, prompt: Prompt, rng: np.random.Generator) -> str | None:
+        source = prompt.parent.source
+        try:
+            tree = parse_python(source)
+        except (SyntaxError, ValueError):
+            return None
+        if not self.applies(source):
+            return None
+        hunks = self.edit(source, tree, prompt, rng)
+        if not hunks:
+            return None
+        if self.check_child:
+            child = source
+            for hunk in hunks:
+                child = child.replace(hunk.search, hunk.replace, 1)
+            try:
+                check_parses(child)
+            except (SyntaxError, ValueError):
+                return None
+        return Diff(tuple(hunks)).render()
 
 
 class Problem(Protocol):

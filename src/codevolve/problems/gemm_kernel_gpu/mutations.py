@@ -24,15 +24,14 @@ block, whose child parses.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from codevolve.core.diff import Diff, Hunk, unique_line_hunk
-from codevolve.core.problem import Mutation
+from codevolve.core.diff import Hunk, unique_line_hunk
+from codevolve.core.problem import Mutation, TreeMutation
 from codevolve.core.prompt import Prompt
-from codevolve.core.pysource import parse_python
 from codevolve.problems.gemm_kernel_gpu.kernel_source import (
     LAUNCH_ARGS,
     REGIME_TESTS,
@@ -99,25 +98,8 @@ def rules_of(tree: ast.Module) -> list[Rule]:
     return found
 
 
-Edit = Callable[[str, ast.Module, Prompt, np.random.Generator], list[Hunk] | None]
-
-
-@dataclass(frozen=True, slots=True)
-class KernelMutation:
-    kind: str
-    edit: Edit
-    weight: float = 1.0
-
-    def propose(self, prompt: Prompt, rng: np.random.Generator) -> str | None:
-        source = prompt.parent.source
-        try:
-            tree = parse_python(source)
-        except (SyntaxError, ValueError):
-            return None
-        if evolve_region(source) is None:
-            return None
-        hunks = self.edit(source, tree, prompt, rng)
-        return None if not hunks else Diff(tuple(hunks)).render()
+def _has_block(source: str) -> bool:
+    return evolve_region(source) is not None
 
 
 def add_variant(
@@ -225,9 +207,9 @@ def drop_rule(
 def kernel_mutations() -> tuple[Mutation, ...]:
     """The kernel moves, then gemm-tiling's mutations of ``choose_config``."""
     moves: tuple[Mutation, ...] = (
-        KernelMutation("add_variant", add_variant, KIND_WEIGHTS["add_variant"]),
-        KernelMutation("tune_rule", tune_rule, KIND_WEIGHTS["tune_rule"]),
-        KernelMutation("rule_bound", rule_bound),
-        KernelMutation("drop_rule", drop_rule),
+        TreeMutation("add_variant", add_variant, KIND_WEIGHTS["add_variant"], applies=_has_block),
+        TreeMutation("tune_rule", tune_rule, KIND_WEIGHTS["tune_rule"], applies=_has_block),
+        TreeMutation("rule_bound", rule_bound, applies=_has_block),
+        TreeMutation("drop_rule", drop_rule, applies=_has_block),
     )
     return moves + gemm_mutations()

@@ -21,15 +21,13 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
-from codevolve.core.diff import Diff, Hunk, unique_line_hunk
+from codevolve.core.diff import Hunk, unique_line_hunk
 from codevolve.core.evolve_block import layout
-from codevolve.core.problem import Mutation
+from codevolve.core.problem import Mutation, TreeEdit, TreeMutation
 from codevolve.core.prompt import Prompt
-from codevolve.core.pysource import check_parses, parse_python
 from codevolve.problems.kernelbench.forward import method, model_class
 from codevolve.problems.kernelbench.patterns import recognise
 from codevolve.problems.kernelbench.rewrites import replace, rewrites
@@ -42,30 +40,20 @@ _TUNABLE = re.compile(
     r"^(?P<name>[A-Z_][A-Z0-9_]*) = (?P<value>-?\d+)\s+# tune: (?P<values>[-\d|]+)$"
 )
 
-Edit = Callable[[str, ast.Module, np.random.Generator], Hunk | None]
+Edit = Callable[[str, ast.Module, np.random.Generator], Hunk | None]  # one hunk or None
 
 
-@dataclass(frozen=True, slots=True)
-class KernelBenchMutation:
-    kind: str
-    edit: Edit
-    weight: float = 1.0
+def _tree_edit(edit: Edit) -> TreeEdit:
+    """``edit`` as a :class:`TreeMutation` calls it (these edits read no prompt)."""
 
-    def propose(self, prompt: Prompt, rng: np.random.Generator) -> str | None:
-        source = prompt.parent.source
-        try:
-            tree = parse_python(source)
-        except (SyntaxError, ValueError):
-            return None
-        hunk = self.edit(source, tree, rng)
-        if hunk is None:
-            return None
-        child = source.replace(hunk.search, hunk.replace, 1)
-        try:
-            check_parses(child)
-        except (SyntaxError, ValueError):
-            return None
-        return Diff((hunk,)).render()
+    def tree_edit(
+        source: str, tree: ast.Module, prompt: Prompt, rng: np.random.Generator
+    ) -> tuple[Hunk, ...] | None:
+        del prompt
+        hunk = edit(source, tree, rng)
+        return None if hunk is None else (hunk,)
+
+    return tree_edit
 
 
 def _region(source: str, first: int, last: int) -> tuple[int, int] | None:
@@ -189,9 +177,8 @@ def tune(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | None
 
 
 def kernel_mutations() -> tuple[Mutation, ...]:
-    """The KernelBench moves, weighted for the simulated proposer."""
-    return (
-        KernelBenchMutation("template", template, KIND_WEIGHTS["template"]),
-        KernelBenchMutation("rewrite", rewrite, KIND_WEIGHTS["rewrite"]),
-        KernelBenchMutation("tune", tune, KIND_WEIGHTS["tune"]),
+    """The KernelBench moves, weighted for the simulated proposer; a child must parse."""
+    return tuple(
+        TreeMutation(kind, _tree_edit(edit), KIND_WEIGHTS[kind], check_child=True)
+        for kind, edit in (("template", template), ("rewrite", rewrite), ("tune", tune))
     )
