@@ -13,7 +13,7 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from codevolve.problems.kernelbench.expressions import Node, elementwise, renumber
+from codevolve.problems.kernelbench.expressions import Node, elementwise, loaded_tensors
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +31,7 @@ def match_elementwise(
     if mapped is None:
         return None
     node, translator = mapped
-    used = sorted(translator.used)
-    if len(used) > 2:
+    loaded = loaded_tensors(node, translator, tensors)
+    if loaded is None:
         return None
-    order = {slot: i for i, slot in enumerate(used)}
-    return Elementwise(
-        tuple(tensors[s] for s in used), renumber(node, order), tuple(translator.params)
-    )
+    return Elementwise(*loaded, tuple(translator.params))

@@ -79,13 +79,12 @@ def op_count(node: Node) -> int:
     return 1 + sum(op_count(a) for a in node.args) if isinstance(node, Op) else 0
 
 
-def renumber(node: Node, order: dict[int, int]) -> Node:
-    """``node`` with each Input(slot) as Input(order[slot]): slots of the tensors a pattern
-    keeps, numbered from 0 in the order the template loads them."""
+def _renumber(node: Node, order: dict[int, int]) -> Node:
+    """``node`` with each Input(slot) as Input(order[slot])."""
     if isinstance(node, Input):
         return Input(order[node.slot])
     if isinstance(node, Op):
-        return Op(node.name, tuple(renumber(a, order) for a in node.args))
+        return Op(node.name, tuple(_renumber(a, order) for a in node.args))
     return node
 
 
@@ -515,6 +514,19 @@ LOWERINGS: dict[str, Lowering] = {
         lambda condition, input, other: op("where", condition, input, other),
     ),
 }
+
+
+def loaded_tensors(
+    node: Node, translator: Translator, tensors: Sequence[str]
+) -> tuple[tuple[str, ...], Node] | None:
+    """The tensors ``translator`` met in ``node`` (at most two: a one-pass template loads no
+    more), in slot order, and ``node`` with their slots numbered from 0 in that order, the order
+    the template loads them; None past two."""
+    used = sorted(translator.used)
+    if len(used) > 2:
+        return None
+    order = {slot: i for i, slot in enumerate(used)}
+    return tuple(tensors[s] for s in used), _renumber(node, order)
 
 
 def elementwise(expr: ast.expr, tensors: Sequence[str]) -> tuple[Node, Translator] | None:

@@ -27,8 +27,8 @@ from codevolve.problems.kernelbench.expressions import (
     bind,
     canonical_call,
     elementwise,
+    loaded_tensors,
     op,
-    renumber,
 )
 
 
@@ -74,16 +74,10 @@ def _loss(
     if mapped is None:
         return None
     node, translator = mapped
-    used = sorted(translator.used)
-    if len(used) > 2:
+    loaded = loaded_tensors(node, translator, tensors)
+    if loaded is None:
         return None
-    order = {slot: i for i, slot in enumerate(used)}
-    return Loss(
-        tuple(tensors[s] for s in used),
-        renumber(node, order),
-        tuple(translator.params),
-        divisor,
-    )
+    return Loss(*loaded, tuple(translator.params), divisor)
 
 
 def _huber(d: Node, delta: Node, *, smooth: bool) -> Node:

@@ -27,7 +27,6 @@ from codevolve.problems.kernelbench.expressions import (
     SELU_SCALE,
     Const,
     Input,
-    bind,
     canonical_call,
     elementwise,
     evaluate,
@@ -38,7 +37,7 @@ from codevolve.problems.kernelbench.expressions import (
 from codevolve.problems.kernelbench.forward import body_statements, returned_expression
 from codevolve.problems.kernelbench.matmul import product_operands
 from codevolve.problems.kernelbench.rows import dim_and_keepdim, values_of
-from codevolve.problems.kernelbench.scans import exclusive_shift
+from codevolve.problems.kernelbench.scans import cumsum_args, exclusive_shift
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,13 +179,10 @@ def _amax(node: ast.expr, names: Sequence[str]) -> Rewrite | None:
 
 def _exclusive_cumsum(node: ast.expr, names: Sequence[str]) -> Rewrite | None:
     del names
-    call = canonical_call(node)
-    if call is None or call.name != "cumsum":
+    cumsum = cumsum_args(node)
+    if cumsum is None:
         return None
-    bound = bind(call, ("input", "dim"), {"dtype": None})
-    inner, dim = bound.get("input"), bound.get("dim")
-    if not isinstance(inner, ast.expr) or not isinstance(dim, ast.expr) or bound.get("dtype"):
-        return None
+    inner, dim = cumsum
     series = exclusive_shift(inner, ast.unparse(dim))
     if series is None:
         return None

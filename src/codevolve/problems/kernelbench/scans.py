@@ -3,7 +3,8 @@
 ``torch.cumsum(x, dim)`` of one tensor (KernelBench Level-1 problem 89), reversed by flipping
 before and after along the same dim (91), exclusive by the ``torch.cat((zeros, x), dim).narrow(
 dim, 0, n)`` shift (92), masked by ``x * mask`` for a second tensor ``mask`` (93).
-:func:`exclusive_shift` reads the shift; the pure-torch rewrites use it too.
+:func:`cumsum_args` reads the call and :func:`exclusive_shift` the shift; the pure-torch
+rewrites use both too.
 
 Not recognised: cumprod (90), a cumsum with ``dtype=``, a flip along another dim, a map of x
 other than a mask product.
@@ -33,13 +34,11 @@ def match_scan(expr: ast.expr, tensors: Sequence[str], modules: dict[str, str]) 
     call = canonical_call(expr)
     if call is not None and call.name == "flip" and len(call.args) == 2:
         reverse, flip_dim = True, ast.unparse(call.args[1])
-        call = canonical_call(call.args[0])
-    if call is None or call.name != "cumsum":
+        expr = call.args[0]
+    cumsum = cumsum_args(expr)
+    if cumsum is None:
         return None
-    bound = bind(call, ("input", "dim"), {"dtype": None})
-    inner, dim = bound.get("input"), bound.get("dim")
-    if not isinstance(inner, ast.expr) or not isinstance(dim, ast.expr) or bound.get("dtype"):
-        return None
+    inner, dim = cumsum
     dim_source = ast.unparse(dim)
     if reverse:
         flipped = canonical_call(inner)
@@ -59,6 +58,18 @@ def match_scan(expr: ast.expr, tensors: Sequence[str], modules: dict[str, str]) 
     if not (isinstance(inner, ast.Name) and inner.id in tensors):
         return None
     return Scan(inner.id, dim_source, reverse, exclusive is not None, mask)
+
+
+def cumsum_args(expr: ast.expr) -> tuple[ast.expr, ast.expr] | None:
+    """The input and dim of ``torch.cumsum(input, dim)`` (no ``dtype=``), or None."""
+    call = canonical_call(expr)
+    if call is None or call.name != "cumsum":
+        return None
+    bound = bind(call, ("input", "dim"), {"dtype": None})
+    inner, dim = bound.get("input"), bound.get("dim")
+    if not isinstance(inner, ast.expr) or not isinstance(dim, ast.expr) or bound.get("dtype"):
+        return None
+    return inner, dim
 
 
 def exclusive_shift(expr: ast.expr, dim: str) -> ast.expr | None:
