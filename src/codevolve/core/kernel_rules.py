@@ -24,7 +24,9 @@ from codevolve.core.pysource import parse_python
 
 CANDIDATE_CLASS = "ModelNew"
 REFERENCE_CLASS = "Model"
-REFERENCE_FUNCTIONS = ("get_inputs", "get_init_inputs")
+INPUTS = "get_inputs"  # the reference's function giving forward's arguments
+INIT_INPUTS = "get_init_inputs"  # the reference's function giving __init__'s arguments
+REFERENCE_FUNCTIONS = (INPUTS, INIT_INPUTS)
 
 # What a candidate may import (any ``import x as y`` / ``from x import y`` of these): torch for
 # tensors, Triton for kernels, math for constants. Stops the direct ways to the OS, the

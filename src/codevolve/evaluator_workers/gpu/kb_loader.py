@@ -33,6 +33,7 @@ from codevolve.core.kernel_rules import (
     ALLOWED_IMPORTS,
     CANDIDATE_CLASS,
     REFERENCE_CLASS,
+    REFERENCE_FUNCTIONS,
     check_model_new,
     check_reference,
 )
@@ -137,7 +138,7 @@ class KbLoader:
         if isinstance(namespace, LoadError):
             return LoadError(f"reference: {namespace.message}")
         model, get_inputs, get_init_inputs = (
-            namespace.get(name) for name in (REFERENCE_CLASS, "get_inputs", "get_init_inputs")
+            namespace.get(name) for name in (REFERENCE_CLASS, *REFERENCE_FUNCTIONS)
         )
         if not (callable(model) and callable(get_inputs) and callable(get_init_inputs)):
             return LoadError("reference: Model, get_inputs or get_init_inputs is not callable")

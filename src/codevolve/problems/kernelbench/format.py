@@ -20,12 +20,9 @@ import re
 from dataclasses import dataclass
 
 from codevolve.core.errors import ConfigError
+from codevolve.core.kernel_rules import CANDIDATE_CLASS, INIT_INPUTS, INPUTS, REFERENCE_CLASS
 from codevolve.core.pysource import parse_python
 
-REFERENCE_CLASS = "Model"
-CANDIDATE_CLASS = "ModelNew"
-INPUTS = "get_inputs"
-INIT_INPUTS = "get_init_inputs"
 MAX_FILE_BYTES = 1 << 20  # a problem file is a page of Python; anything larger is not one
 # Imports every initial program starts with (the judge allows exactly these modules and Triton's).
 PRELUDE = ("import torch", "import torch.nn as nn", "import torch.nn.functional as F")

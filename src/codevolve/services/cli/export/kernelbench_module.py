@@ -25,13 +25,8 @@ from string import Template
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from codevolve.core.kernel_rules import CANDIDATE_CLASS, INIT_INPUTS, INPUTS, REFERENCE_CLASS
 from codevolve.core.pysource import parse_python
-from codevolve.problems.kernelbench.format import (
-    CANDIDATE_CLASS,
-    INIT_INPUTS,
-    INPUTS,
-    REFERENCE_CLASS,
-)
 from codevolve.problems.kernelbench.spec import SPEC_FILE, KernelSpec, spec_of_files
 from codevolve.program_db import repository
 from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
