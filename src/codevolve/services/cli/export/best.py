@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.job import Job
 from codevolve.core.program import Program
+from codevolve.core.pysource import parse_python
 from codevolve.program_db import repository
 from codevolve.program_db.errors import UnknownJobError
 from codevolve.services.cli.export.errors import ExportRefused
@@ -25,6 +27,18 @@ class Best:
     def device(self) -> str:
         """The device the program was measured on, as its evaluation recorded it."""
         return self.program.artifacts.get("device_name") or "not recorded"
+
+    @property
+    def where(self) -> str:
+        """The program as a refusal names it."""
+        return f"job {self.job.id}'s best program {self.program.id}"
+
+    def tree(self) -> ast.Module:
+        """The program's source parsed; ExportRefused when it does not parse."""
+        try:
+            return parse_python(self.program.source)
+        except (SyntaxError, ValueError) as exc:
+            raise ExportRefused(f"{self.where} does not parse: {exc}") from exc
 
 
 async def get_job(session: AsyncSession, job_id: str) -> Job:

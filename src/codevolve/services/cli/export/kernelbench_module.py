@@ -17,11 +17,8 @@ make with the same statement and that reads nothing renamed (``import torch``,
 from __future__ import annotations
 
 import ast
-import functools
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import PurePath
-from string import Template
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -33,6 +30,7 @@ from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
 from codevolve.services.cli.export.best import Best, get_best, get_job
 from codevolve.services.cli.export.errors import ExportRefused
 from codevolve.services.cli.export.names import bound_names, module_names, rename
+from codevolve.services.cli.export.template import module_template
 
 TEST_FUNCTION = "test_model_new"
 SEED = 42  # KernelBench's seed for building both models
@@ -43,11 +41,6 @@ _LITERAL = (
     ast.Constant, ast.Tuple, ast.List, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp, ast.operator,
     ast.unaryop,
 )  # fmt: skip
-
-
-@functools.cache
-def _template() -> Template:
-    return Template((resources.files(__package__) / "kernelbench_module.txt").read_text())
 
 
 async def export_model(session: AsyncSession, job_id: str, *, file: str) -> str:
@@ -69,22 +62,20 @@ async def export_model(session: AsyncSession, job_id: str, *, file: str) -> str:
 def model_module(spec: KernelSpec, best: Best, *, file: str) -> str:
     """The module text (see the module docstring); ExportRefused for a program it cannot hold."""
     program = best.program.source
-    where = f"job {best.job.id}'s best program {best.program.id}"
-    try:
-        names = module_names(program)
-    except (SyntaxError, ValueError) as exc:
-        raise ExportRefused(f"{where} does not parse: {exc}") from exc
+    names = module_names(best.tree())
     if CANDIDATE_CLASS not in names:
-        raise ExportRefused(f"{where} defines no class {CANDIDATE_CLASS}")
+        raise ExportRefused(f"{best.where} defines no class {CANDIDATE_CLASS}")
     if TEST_FUNCTION in names:
-        raise ExportRefused(f"{where} binds {TEST_FUNCTION}, which the exported module defines")
+        raise ExportRefused(
+            f"{best.where} binds {TEST_FUNCTION}, which the exported module defines"
+        )
     renames = reference_renames(program, spec.reference, reserved=frozenset({TEST_FUNCTION}))
     tolerance = spec.settings.tolerance
     renamed = ""
     if renames:
         pairs = ", ".join(f"{old} -> {new}" for old, new in sorted(renames.items()))
         renamed = f"\n             renamed there, as the program binds them too: {pairs}"
-    return _template().substitute(
+    return module_template("kernelbench_module.txt").substitute(
         name=spec.name,
         job_id=best.job.id,
         program_id=best.program.id,

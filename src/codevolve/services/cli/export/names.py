@@ -47,9 +47,10 @@ def _bound(node: ast.AST) -> set[str]:
     return names
 
 
-def module_names(source: str) -> set[str]:
-    """Every name ``source`` binds at its top level."""
-    return {name for statement in parse_python(source).body for name in bound_names(statement)}
+def module_names(source: str | ast.Module) -> set[str]:
+    """Every name ``source`` (or its parsed tree) binds at its top level."""
+    tree = parse_python(source) if isinstance(source, str) else source
+    return {name for statement in tree.body for name in bound_names(statement)}
 
 
 def rename(source: str, renames: Mapping[str, str]) -> str:

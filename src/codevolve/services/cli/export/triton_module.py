@@ -12,19 +12,15 @@ they still agree with the harness's).
 
 from __future__ import annotations
 
-import functools
-from importlib import resources
-from string import Template
-
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from codevolve.core.pysource import parse_python
 from codevolve.problems.gemm_kernel_gpu.kernel_source import ENTRY_POINT, entry_function
 from codevolve.problems.gemm_kernel_gpu.problem import NAME as PROBLEM
 from codevolve.problems.gemm_kernel_gpu.stages import RAGGED_SHAPES
 from codevolve.services.cli.export.best import Best, get_best, get_job
 from codevolve.services.cli.export.errors import ExportRefused
 from codevolve.services.cli.export.names import module_names
+from codevolve.services.cli.export.template import module_template
 
 RTOL = 1.6e-2  # gemm_bench.RTOL: torch's bf16 rtol
 ATOL_OF_RMS = 2e-2  # gemm_bench.ATOL_OF_RMS: absolute floor, a fraction of the reference's RMS
@@ -37,11 +33,6 @@ GPU_SHAPES = (*RAGGED_SHAPES, (16, 4096, 4096), (256, 1280, 8192), (2048, 6144, 
 INTERPRETER_SHAPES = ((1, 64, 128), (37, 48, 96), (100, 80, 160))
 APPENDIX_NAMES = frozenset({"torch", "matmul_into", "test_matmul"})  # what the module adds
 REGIMES = ("decode", "mid", "prefill")
-
-
-@functools.cache
-def _template() -> Template:
-    return Template((resources.files(__package__) / "triton_module.txt").read_text())
 
 
 async def export_triton(session: AsyncSession, job_id: str, *, module: str) -> str:
@@ -58,17 +49,15 @@ async def export_triton(session: AsyncSession, job_id: str, *, module: str) -> s
 def triton_module(best: Best, *, module: str) -> str:
     """The module text (see the module docstring); ExportRefused for a program it cannot hold."""
     source = best.program.source
-    where = f"job {best.job.id}'s best program {best.program.id}"
-    try:
-        tree = parse_python(source)
-    except (SyntaxError, ValueError) as exc:
-        raise ExportRefused(f"{where} does not parse: {exc}") from exc
+    tree = best.tree()
     if entry_function(tree) is None:
-        raise ExportRefused(f"{where} defines no {ENTRY_POINT}(x, w, y, workspace, num_sms)")
-    clash = sorted(module_names(source) & APPENDIX_NAMES)
+        raise ExportRefused(f"{best.where} defines no {ENTRY_POINT}(x, w, y, workspace, num_sms)")
+    clash = sorted(module_names(tree) & APPENDIX_NAMES)
     if clash:
-        raise ExportRefused(f"{where} binds {', '.join(clash)}, which the exported module defines")
-    return _template().substitute(
+        raise ExportRefused(
+            f"{best.where} binds {', '.join(clash)}, which the exported module defines"
+        )
+    return module_template("triton_module.txt").substitute(
         job_id=best.job.id,
         program_id=best.program.id,
         score=f"{best.score:.4f}",
