@@ -16,8 +16,9 @@ Prints API latency p50/p95/p99 (ms), errors (non-2xx, and the transport error of
 without an answer), controller restarts (the supervisor's log line for a controller that
 stopped), pool timeouts (SQLAlchemy's ``QueuePool limit ... reached`` in the log), the most
 connections the server held on the database at once, and the CPU each part spent per request
-during the bursts (serve's API processes, the rest of serve, the workers, this bench; from /proc,
-Linux). Target: p99 < 200 ms, no restarts, no pool timeouts.
+during the bursts (serve's API processes, the rest of serve, the workers, this bench, and a
+Postgres on this host: all its processes, other databases' work included; from /proc, Linux).
+Target: p99 < 200 ms, no restarts, no pool timeouts.
 
     python bench/serve_load.py [--jobs 20] [--requests 200] [--rounds 3] [--workers 2]
                                [--evaluator-s 0.5] [--api-processes N] [--client lean|httpx]
@@ -58,6 +59,7 @@ START_TIMEOUT_S = 60.0  # seconds for serve to answer /health
 RUNNING_TIMEOUT_S = 120.0  # seconds for every job to be running
 RESTART_LINE = "controller stopped"  # the supervisor's log line for a controller that raised
 POOL_TIMEOUT_LINE = "QueuePool limit"  # SQLAlchemy's pool timeout message
+POSTGRES_PROCESS = "postgres"  # the command name of a Postgres server's processes
 SEQUENTIAL = 50  # requests sent one after the other: the cost of one request, without queueing
 CONNECTIONS_SQL = "SELECT count(*) FROM pg_stat_activity WHERE datname = $1"
 INITIAL = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return x + 1\n# EVOLVE-BLOCK-END\n"
@@ -361,7 +363,8 @@ def _machine_busy_ticks() -> tuple[int, int]:
 @dataclass
 class CpuMeter:
     """CPU spent by each part during the bursts: the API's process (serve's child, when serve
-    runs it in one), the rest of serve (the controllers), the workers and this bench."""
+    runs it in one), the rest of serve (the controllers), the workers, this bench, and the
+    local Postgres's processes (a backend that exits during the bursts is not counted)."""
 
     server: Server
     start: dict[str, int] = field(default_factory=dict)
@@ -378,6 +381,7 @@ class CpuMeter:
             "serve (controllers" + (")" if api else ", and the API)"): sum(map(_ticks, rest)),
             "workers": sum(_ticks(p) for w in workers for p in _with_descendants(w.pid, tree)),
             "this bench (the client)": _ticks(os.getpid()),
+            "Postgres (all of this host's)": sum(map(_ticks, _named(POSTGRES_PROCESS))),
         }
 
     def begin(self) -> None:
@@ -394,6 +398,20 @@ class CpuMeter:
             spent = (ticks - self.start.get(part, 0)) / hz
             if spent > 0 or part.startswith("API"):
                 print(f"  {part:28s} {spent:6.2f} s  {1000 * spent / requests:5.2f} ms per request")
+
+
+def _named(name: str) -> list[int]:
+    """Every process whose command name is ``name`` (a local Postgres: its server and backends,
+    those of other databases on this host too)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == name:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 def _cmdline(pid: int) -> str:
