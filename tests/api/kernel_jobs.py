@@ -3,18 +3,19 @@ the problem's bundle, its job, the initial program and, optionally, a faster evo
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.config import RunConfig
 from codevolve.core.job import JobState
-from codevolve.core.program import Evaluation, Program, ProgramStatus, StageResult
+from codevolve.core.program import Program, StageResult
 from codevolve.problems.kernelbench.spec import make_spec, spec_files
 from codevolve.problems.openevolve import make_bundle
 from codevolve.program_db import repository
 from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
+from tests.kernelbench_programs import TRITON_RELU
+from tests.stored_programs import evaluated_program
 
 RELU = """import torch
 import torch.nn as nn
@@ -39,19 +40,6 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
-# An evolved best: the judge would have run it; here only its text matters (it names triton.jit).
-TRITON_BEST = """import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(y_ptr + offsets, tl.maximum(tl.load(x_ptr + offsets, mask=mask), 0.0), mask=mask)
-"""
 EAGER_MS = 0.04
 COMPILE_MS = 0.03
 
@@ -74,8 +62,8 @@ async def kernel_job(
     config = RunConfig(problem=BUNDLE_PROBLEM_PREFIX + bundle.id, max_proposals=10)
     job = await repository.create_job(session, config, owner=owner)
     best = await _evaluated(session, job.id, spec.initial_program, ms=EAGER_MS)
-    if speedup is not None:
-        best = await _evaluated(session, job.id, TRITON_BEST, ms=EAGER_MS / speedup, index=0)
+    if speedup is not None:  # a Triton best: only its text matters here (no judge runs)
+        best = await _evaluated(session, job.id, TRITON_RELU, ms=EAGER_MS / speedup, index=0)
     await repository.set_job_best(session, job.id, best.id, EAGER_MS / best.metrics["candidate_ms"])
     await repository.set_job_state(session, job.id, JobState.DONE)
     return KernelJob(job_id=job.id, best_program_id=best.id)
@@ -85,24 +73,11 @@ async def _evaluated(
     session: AsyncSession, job_id: str, source: str, *, ms: float, index: int = -1
 ) -> Program:
     """A program of ``job_id`` judged correct at ``ms`` milliseconds per call."""
-    program = Program(
-        id=uuid.uuid4().hex,
-        job_id=job_id,
-        source=source,
-        content_hash=uuid.uuid4().hex,
-        parent_id=None,
-        island=0,
-        generation=0 if index < 0 else 1,
-        proposal_index=index,
-        status=ProgramStatus.PENDING,
-    )
-    await repository.insert_program(session, program)
     metrics = {"candidate_ms": ms, "eager_ms": EAGER_MS, "compile_ms": COMPILE_MS}
     stage = StageResult(stage="judge", passed=True, score=EAGER_MS / ms, metrics=metrics)
-    evaluation = Evaluation(
-        program_id=program.id, job_id=job_id, status=ProgramStatus.EVALUATED, stages=(stage,)
+    program_id = await evaluated_program(
+        session, job_id, source, stage, generation=0 if index < 0 else 1, proposal_index=index
     )
-    await repository.apply_evaluation(session, evaluation, cell=(0, 0))
-    stored = await repository.get_program(session, program.id)
+    stored = await repository.get_program(session, program_id)
     assert stored is not None
     return stored

@@ -4,20 +4,20 @@ the figures are made up, the sources are real)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.config import RunConfig
 from codevolve.core.job import JobState
-from codevolve.core.program import Evaluation, Program, ProgramStatus, StageResult
+from codevolve.core.program import StageResult
 from codevolve.problems.kernelbench.spec import JudgeSettings, make_spec, spec_files
 from codevolve.problems.openevolve import make_bundle
 from codevolve.program_db import repository
 from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
 from codevolve.program_db.engine import create_engine, session_factory
 from tests.integration.conftest import run_sync
+from tests.stored_programs import evaluated_program
 
 DEVICE = "NVIDIA H200"
 PROBLEM_FILE = "7_LinearReluScale"
@@ -69,18 +69,6 @@ async def _job(
 async def _evaluated(
     session: AsyncSession, job_id: str, source: str, score: float, metrics: dict[str, float]
 ) -> str:
-    program = Program(
-        id=uuid.uuid4().hex,
-        job_id=job_id,
-        source=source,
-        content_hash=uuid.uuid4().hex,
-        parent_id=None,
-        island=0,
-        generation=1,
-        proposal_index=0,
-        status=ProgramStatus.PENDING,
-    )
-    await repository.insert_program(session, program)
     stage = StageResult(
         stage="gpu",
         passed=True,
@@ -88,8 +76,4 @@ async def _evaluated(
         metrics=metrics,
         artifacts={"device_index": "0", "device_name": DEVICE},
     )
-    evaluation = Evaluation(
-        program_id=program.id, job_id=job_id, status=ProgramStatus.EVALUATED, stages=(stage,)
-    )
-    await repository.apply_evaluation(session, evaluation, cell=(0, 0))
-    return program.id
+    return await evaluated_program(session, job_id, source, stage, generation=1, proposal_index=0)

@@ -7,29 +7,13 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import codevolve, job_rows
-
-PROBLEM = """import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super(Model, self).__init__()
-
-    def forward(self, x):
-        return x * torch.sigmoid(x)
-
-def get_inputs():
-    return [torch.rand(4, 64)]
-
-def get_init_inputs():
-    return []
-"""
+from tests.kernelbench_programs import SWISH
 
 
 @pytest.fixture
 def problem(tmp_path: Path) -> Path:
     path = tmp_path / "25_Swish.py"
-    path.write_text(PROBLEM)
+    path.write_text(SWISH)
     return path
 
 
@@ -51,13 +35,13 @@ def test_run_names_a_missing_file_a_folder_and_a_file_of_another_kind(tmp_path: 
     folder.mkdir()
     assert "a folder" in _refused("run", "--kernel-problem", str(folder), db=db)
     text = tmp_path / "problem.txt"
-    text.write_text(PROBLEM)
+    text.write_text(SWISH)
     assert ".py file" in _refused("run", "--kernel-problem", str(text), db=db)
 
 
 def test_run_names_a_file_not_in_the_kernelbench_format(tmp_path: Path) -> None:
     bad = tmp_path / "3_bad.py"
-    bad.write_text(PROBLEM.replace("def get_inputs", "def inputs"))
+    bad.write_text(SWISH.replace("def get_inputs", "def inputs"))
     line = _refused("run", "--kernel-problem", str(bad), db=tmp_path / "db.sqlite")
     assert line.startswith("error: 3_bad") and "get_inputs" in line
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import codevolve
+from tests.kernelbench_programs import SWISH
 
 pytest.importorskip("torch")
 
@@ -41,22 +42,6 @@ def get_init_inputs():
     return []
 '''
 
-SWISH = """import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super(Model, self).__init__()
-
-    def forward(self, x):
-        return x * torch.sigmoid(x)
-
-def get_inputs():
-    return [torch.rand(32, 512)]
-
-def get_init_inputs():
-    return []
-"""
 
 JUDGE = ("--gpus", "cpu", "--baselines", "eager", "--judge-seeds", "1", "--judge-trials", "5")
 

@@ -22,6 +22,7 @@ from codevolve.evaluator_workers.gpu.kb_jobs import KbJobError, settings_from  #
 from codevolve.evaluator_workers.gpu.kb_judge import JudgeSettings, judge  # noqa: E402
 from codevolve.evaluator_workers.gpu.kb_loader import KbLoader  # noqa: E402
 from codevolve.evaluator_workers.gpu.kb_watch import TamperedProcess  # noqa: E402
+from tests.kernelbench_programs import TRITON_RELU  # noqa: E402
 
 KB_JOBS = "codevolve.evaluator_workers.gpu.kb_jobs"
 
@@ -475,27 +476,6 @@ def test_a_hang_is_a_fault_and_the_next_job_gets_a_fresh_process(tmp_path: Path)
 
 
 RELU_COPY = "def forward(self, x):\n    return torch.relu(x)\n"
-
-
-TRITON_RELU = """import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _relu(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        y = torch.empty_like(x)
-        _relu[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
-        return y
-"""
 
 
 def test_a_triton_kernel_loads_from_its_file_and_passes(
