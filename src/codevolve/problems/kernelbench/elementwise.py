@@ -13,7 +13,7 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from codevolve.problems.kernelbench.expressions import Node, elementwise, loaded_tensors
+from codevolve.problems.kernelbench.expressions import Node, elementwise, template_operands
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,11 +27,5 @@ def match_elementwise(
     expr: ast.expr, tensors: Sequence[str], modules: dict[str, str]
 ) -> Elementwise | None:
     del modules
-    mapped = elementwise(expr, tensors)
-    if mapped is None:
-        return None
-    node, translator = mapped
-    loaded = loaded_tensors(node, translator, tensors)
-    if loaded is None:
-        return None
-    return Elementwise(*loaded, tuple(translator.params))
+    operands = template_operands(elementwise(expr, tensors), tensors)
+    return None if operands is None else Elementwise(*operands)

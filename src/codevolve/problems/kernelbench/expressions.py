@@ -516,17 +516,21 @@ LOWERINGS: dict[str, Lowering] = {
 }
 
 
-def loaded_tensors(
-    node: Node, translator: Translator, tensors: Sequence[str]
-) -> tuple[tuple[str, ...], Node] | None:
-    """The tensors ``translator`` met in ``node`` (at most two: a one-pass template loads no
-    more), in slot order, and ``node`` with their slots numbered from 0 in that order, the order
-    the template loads them; None past two."""
+def template_operands(
+    mapped: tuple[Node, Translator] | None, tensors: Sequence[str]
+) -> tuple[tuple[str, ...], Node, tuple[str, ...]] | None:
+    """What a one-pass template loads for :func:`elementwise`'s translation over ``tensors``:
+    the tensors it reads, in slot order, its tree with their slots numbered from 0 in that order
+    (the order the template loads them), and its parameters' sources. None for no translation or
+    past two tensors (a one-pass template loads no more)."""
+    if mapped is None:
+        return None
+    node, translator = mapped
     used = sorted(translator.used)
     if len(used) > 2:
         return None
     order = {slot: i for i, slot in enumerate(used)}
-    return tuple(tensors[s] for s in used), _renumber(node, order)
+    return tuple(tensors[s] for s in used), _renumber(node, order), tuple(translator.params)
 
 
 def elementwise(expr: ast.expr, tensors: Sequence[str]) -> tuple[Node, Translator] | None:

@@ -27,8 +27,8 @@ from codevolve.problems.kernelbench.expressions import (
     bind,
     canonical_call,
     elementwise,
-    loaded_tensors,
     op,
+    template_operands,
 )
 
 
@@ -71,13 +71,8 @@ def match_loss(expr: ast.expr, tensors: Sequence[str], modules: dict[str, str]) 
 def _loss(
     mapped: tuple[Node, Translator] | None, divisor: str, tensors: Sequence[str]
 ) -> Loss | None:
-    if mapped is None:
-        return None
-    node, translator = mapped
-    loaded = loaded_tensors(node, translator, tensors)
-    if loaded is None:
-        return None
-    return Loss(*loaded, tuple(translator.params), divisor)
+    operands = template_operands(mapped, tensors)
+    return None if operands is None else Loss(*operands, divisor)
 
 
 def _huber(d: Node, delta: Node, *, smooth: bool) -> Node:
