@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from codevolve.core.device import GPU, DeviceReply, capability_of
-from codevolve.core.problem import JSONValue
+from codevolve.core.problem import JSONValue, SourceCheckStage
 from codevolve.core.program import CaseResult
 from codevolve.core.prompt import ProgramView, Prompt
 from codevolve.problems.gemm_kernel_gpu.kernel_source import (
@@ -23,7 +23,6 @@ from codevolve.problems.gemm_kernel_gpu.mutations import rules_of
 from codevolve.problems.gemm_kernel_gpu.problem import GemmKernelGpuProblem
 from codevolve.problems.gemm_kernel_gpu.stages import (
     RAGGED_SHAPES,
-    StaticKernelStage,
     full_stage,
     probe_stage,
 )
@@ -81,7 +80,7 @@ def _tree(source: str) -> Any:
 def test_the_static_check_refuses_what_it_can_see(source: str, reason: str) -> None:
     problem = check_source(source)
     assert reason in problem, problem
-    result = StaticKernelStage().run(FakeCandidate(source), np.random.default_rng(0))
+    result = SourceCheckStage(check_source).run(FakeCandidate(source), np.random.default_rng(0))
     assert not result.passed and result.error == problem
 
 

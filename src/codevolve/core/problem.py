@@ -111,6 +111,23 @@ class Stage(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class SourceCheckStage:
+    """A stage that reads the candidate's source and never runs it: passed (score 1) when
+    ``check`` finds nothing to refuse, else failed with the reason it gives."""
+
+    check: Callable[[str], str]  # source -> why it is refused, "" when it passes
+    name: str = "static"
+    threshold: Threshold | None = None
+
+    def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
+        del rng
+        refused = self.check(candidate.source)
+        if refused:
+            return StageResult(stage=self.name, passed=False, score=None, error=refused)
+        return StageResult(stage=self.name, passed=True, score=1.0)
+
+
+@dataclass(frozen=True, slots=True)
 class FeatureSpec:
     """One MAP-Elites descriptor: values in [low, high] are cut into ``bins`` equal bins."""
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codevolve.core.problem import Baseline, FeatureSpec, Mutation, Stage
+from codevolve.core.problem import Baseline, FeatureSpec, Mutation, SourceCheckStage, Stage
 from codevolve.problems.gemm_kernel_gpu.kernel_source import initial_program
-from codevolve.problems.gemm_kernel_gpu.stages import StaticKernelStage, full_stage, probe_stage
+from codevolve.problems.gemm_kernel_gpu.stages import full_stage, probe_stage
+from codevolve.problems.gemm_kernel_gpu.static_check import check_source
 
 NAME = "gemm-kernel-gpu"
 FEATURES = (
@@ -36,7 +37,12 @@ FEATURES = (
 
 class GemmKernelGpuProblem:
     def __init__(self) -> None:
-        self._stages: tuple[Stage, ...] = (StaticKernelStage(), probe_stage(), full_stage())
+        # the static check (static_check.py), then the GPU: a probe, then every shape
+        self._stages: tuple[Stage, ...] = (
+            SourceCheckStage(check_source),
+            probe_stage(),
+            full_stage(),
+        )
 
     @property
     def name(self) -> str:

@@ -1,6 +1,7 @@
 """The cascade of gemm-kernel-gpu, cheap to expensive: static, GPU probe, GPU.
 
-1. ``static`` (any CPU worker): the source is read, never run (static_check.py). Score 1.0.
+1. ``static`` (any CPU worker): the source is read, never run (static_check.py). Score 1.0. (A
+   :class:`~codevolve.core.problem.SourceCheckStage` of ``check_source``: problem.py.)
 2. ``gpu_probe``: on the worker's device, the program is loaded (once per distinct source),
    checked on ragged shapes (M, N not multiples of any tile; K not a multiple of 64) and on the
    six probe shapes, and timed on the probe shapes against cuBLAS. A child must keep
@@ -23,7 +24,6 @@ import numpy as np
 from codevolve.core.device import GPU, Device
 from codevolve.core.problem import TRAIN_SCORE, Candidate, Threshold
 from codevolve.core.program import CaseResult, StageResult
-from codevolve.problems.gemm_kernel_gpu.static_check import check_source
 from codevolve.problems.gemm_tiling.baselines import geomean
 from codevolve.problems.gemm_tiling.shapes import (
     GemmShape,
@@ -46,21 +46,6 @@ SAMPLES = 10  # timed rounds per shape during evolution
 # seconds: loading Python and CUDA, compiling every kernel the program launches, then the work
 PROBE_TIMEOUT_S = 300.0
 TIMEOUT_S = 900.0
-
-
-@dataclass(frozen=True, slots=True)
-class StaticKernelStage:
-    """The source passes the static check (static_check.py)."""
-
-    name: str = "static"
-    threshold: Threshold | None = None
-
-    def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
-        del rng
-        problem = check_source(candidate.source)
-        if problem:
-            return StageResult(stage=self.name, passed=False, score=None, error=problem)
-        return StageResult(stage=self.name, passed=True, score=1.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codevolve.core.problem import Baseline, FeatureSpec, Mutation, Stage
+from codevolve.core.kernel_rules import check_model_new
+from codevolve.core.problem import Baseline, FeatureSpec, Mutation, SourceCheckStage, Stage
 from codevolve.problems.kernelbench.spec import KernelSpec
-from codevolve.problems.kernelbench.stages import JudgeStage, StaticRulesStage
+from codevolve.problems.kernelbench.stages import JudgeStage
 from codevolve.problems.openevolve.bundle import Bundle
 
 FEATURES = (
@@ -37,7 +38,8 @@ class KernelBenchProblem:
     def __init__(self, spec: KernelSpec, bundle: Bundle) -> None:
         self._spec = spec
         self._bundle = bundle
-        self._stages: tuple[Stage, ...] = (StaticRulesStage(), JudgeStage(spec))
+        # the source rules (core/kernel_rules.py), then the judge
+        self._stages: tuple[Stage, ...] = (SourceCheckStage(check_model_new), JudgeStage(spec))
 
     @property
     def spec(self) -> KernelSpec:

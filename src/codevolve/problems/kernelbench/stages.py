@@ -2,7 +2,8 @@
 
 1. ``static``: the candidate's source against the rules every ``ModelNew`` keeps
    (core/kernel_rules.py): allowed imports only, no streams, threads, seeding, try/except,
-   monkeypatching or reaching the reference. Read, never run. Score 1.0.
+   monkeypatching or reaching the reference. Read, never run. Score 1.0. (A
+   :class:`~codevolve.core.problem.SourceCheckStage` of ``check_model_new``: problem.py.)
 2. ``judge`` (a worker's device): the trusted judge (evaluator_workers/gpu/kb_judge.py) builds
    the reference and the candidate from the same seed, checks the candidate on fresh inputs from
    several seeds in three distributions (KernelBench's own ``get_inputs()``, signed normal, wide
@@ -26,23 +27,6 @@ from codevolve.problems.kernelbench.spec import DISTRIBUTIONS, KernelSpec
 
 JUDGE_JOB = "kb.judge"
 CASE_PREFIX = "kb "
-
-
-@dataclass(frozen=True, slots=True)
-class StaticRulesStage:
-    """The candidate keeps the source rules (core/kernel_rules.py)."""
-
-    name: str = "static"
-    threshold: Threshold | None = None
-
-    def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
-        del rng
-        from codevolve.core.kernel_rules import check_model_new
-
-        refused = check_model_new(candidate.source)
-        if refused:
-            return StageResult(stage=self.name, passed=False, score=None, error=refused)
-        return StageResult(stage=self.name, passed=True, score=1.0)
 
 
 @dataclass(frozen=True, slots=True)
