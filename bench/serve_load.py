@@ -17,8 +17,9 @@ without an answer), controller restarts (the supervisor's log line for a control
 stopped), pool timeouts (SQLAlchemy's ``QueuePool limit ... reached`` in the log), the most
 connections the server held on the database at once, and the CPU each part spent per request
 during the bursts (serve's API processes, the rest of serve, the workers, this bench, and a
-Postgres on this host: all its processes, other databases' work included; from /proc, Linux).
-Target: p99 < 200 ms, no restarts, no pool timeouts.
+Postgres on this host: all its processes, other databases' work included; from /proc, Linux),
+then the API's CPU per request of each kind, sent one at a time. Target: p99 < 200 ms, no
+restarts, no pool timeouts.
 
     python bench/serve_load.py [--jobs 20] [--requests 200] [--rounds 3] [--workers 2]
                                [--evaluator-s 0.5] [--api-processes N] [--client lean|httpx]
@@ -61,6 +62,7 @@ RESTART_LINE = "controller stopped"  # the supervisor's log line for a controlle
 POOL_TIMEOUT_LINE = "QueuePool limit"  # SQLAlchemy's pool timeout message
 POSTGRES_PROCESS = "postgres"  # the command name of a Postgres server's processes
 SEQUENTIAL = 50  # requests sent one after the other: the cost of one request, without queueing
+PER_ROUTE = 200  # requests of each kind sent one after the other, for the API's CPU per route
 CONNECTIONS_SQL = "SELECT count(*) FROM pg_stat_activity WHERE datname = $1"
 INITIAL = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return x + 1\n# EVOLVE-BLOCK-END\n"
 EVALUATOR = (
@@ -208,12 +210,12 @@ async def _wait_running(client: httpx.AsyncClient, ids: list[str]) -> None:
     raise SystemExit(f"the jobs were not all running after {RUNNING_TIMEOUT_S} s")
 
 
-def _paths(ids: list[str], count: int) -> list[str]:
-    """``count`` request paths, a round-robin mix of the five kinds."""
+def _paths(ids: list[str], count: int, kinds: tuple[int, ...] = (0, 1, 2, 3, 4)) -> list[str]:
+    """``count`` request paths, a round-robin mix of the five kinds (or of ``kinds``)."""
     paths = []
     for index in range(count):
         job = ids[index % len(ids)]
-        kind = index % 5
+        kind = kinds[index % len(kinds)]
         paths.append(
             [
                 "/api/v1/jobs",
@@ -374,7 +376,7 @@ class CpuMeter:
     def _parts(self) -> dict[str, int]:
         tree = _children()
         serve, *workers = self.server.processes
-        api = [c for c in tree.get(serve.pid, []) if "--role api" in _cmdline(c)]  # one or more
+        api = _api_pids(self.server, tree)
         rest = [p for p in _with_descendants(serve.pid, tree) if p not in api]
         return {
             "API process" + ("es" if len(api) > 1 else ""): sum(_ticks(p) for p in api),
@@ -430,6 +432,30 @@ async def _peak_connections(database: str, stop: asyncio.Event, peak: list[int])
             await asyncio.sleep(0.1)
     finally:
         await connection.close()
+
+
+async def _cpu_per_route(get: Get, ids: list[str], server: Server) -> None:
+    """The API processes' CPU per request of each kind, sent one after the other (no queueing:
+    what one request of that kind costs while the jobs run)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    costs = []
+    for kind in range(5):
+        paths = _paths(ids, PER_ROUTE, kinds=(kind,))
+        before = _api_ticks(server)
+        for path in paths:
+            await get(path)
+        spent = (_api_ticks(server) - before) / hz
+        costs.append(f"{_kind(paths[0])} {1000 * spent / PER_ROUTE:.2f}")
+    print(f"API CPU per request, one at a time ({PER_ROUTE} of each), ms: " + ", ".join(costs))
+
+
+def _api_ticks(server: Server) -> int:
+    return sum(map(_ticks, _api_pids(server, _children())))
+
+
+def _api_pids(server: Server, tree: dict[int, list[int]]) -> list[int]:
+    """serve's API processes (its children running ``--role api``), one or more."""
+    return [c for c in tree.get(server.processes[0].pid, []) if "--role api" in _cmdline(c)]
 
 
 def _kind(path: str) -> str:
@@ -498,6 +524,7 @@ async def bench(args: argparse.Namespace, server: Server) -> None:
                 results += await _burst(get, _paths(ids, args.requests))
                 await asyncio.sleep(args.pause_s)
             meter.report(len(results))
+            await _cpu_per_route(get, ids, server)
             await asyncio.sleep(args.hold_s)  # the jobs keep running: restarts would show
             stop.set()
             await sampler
