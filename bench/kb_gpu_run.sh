@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# KernelBench-format problems on a GPU machine: the figures of docs/results-kernelbench.md.
+#   bash bench/kb_gpu_run.sh STEP...   with STEP in setup tests templates set
+# Outputs land in $OUT (default ./gpu-out).
+# - setup: bench/gpu_device_run.sh's (the wheels of .whl/ into /tmp/site; see that script).
+# - tests: tests/gpu plus the KernelBench judge's tests, on the GPU.
+# - templates: bench/kb_templates_gpu.py (every template and rewrite against eager).
+# - set: `codevolve kernelbench` over $KB_DIR (default .kb: a KernelBench checkout's files, level1/
+#   inside; not in the repository), problems $KB_PROBLEMS, $KB_PROPOSALS proposals each, eager
+#   baseline, into the database $KB_DB (default $OUT/kb.sqlite; name a carried copy to continue a
+#   set), under timeout $KB_TIMEOUT seconds (default 400); the same command continues the set.
+set -u
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD/src:$PWD TRITON_CACHE_DIR=/tmp/triton-cache
+KB_DIR=${KB_DIR:-.kb}
+KB_DB=${KB_DB:-$OUT/kb.sqlite}
+for step in "$@"; do
+  case "$step" in
+    setup)
+      bash bench/gpu_device_run.sh setup
+      ;;
+    tests)
+      timeout 300 python3 -m pytest -c /dev/null --rootdir . -p no:cacheprovider -q \
+        -W ignore::pytest.PytestUnknownMarkWarning tests/gpu tests/unit/test_kb_judge.py \
+        2>&1 | tee "$OUT/gpu_tests.log" | tail -15
+      ;;
+    templates)
+      timeout ${KB_TEMPLATES_TIMEOUT:-200} python3 bench/kb_templates_gpu.py 2>&1 \
+        | tee "$OUT/templates.log"
+      ;;
+    set)
+      timeout ${KB_TIMEOUT:-400} python3 -m codevolve.services.cli kernelbench --dir "$KB_DIR" \
+        --level 1 --problems "${KB_PROBLEMS:-1-100}" --proposals "${KB_PROPOSALS:-8}" \
+        --baselines eager --judge-trials "${KB_TRIALS:-10}" --remeasure-samples 2 \
+        --db "$KB_DB" --report "$OUT/kb.json" 2>&1 | tee "$OUT/set.log" | tail -60
+      ;;
+    *)
+      echo "unknown step $step" >&2
+      exit 2
+      ;;
+  esac
+done
