@@ -28,7 +28,7 @@ from codevolve.core.diff import Hunk, unique_line_hunk
 from codevolve.core.evolve_block import layout
 from codevolve.core.problem import Mutation, TreeEdit, TreeMutation
 from codevolve.core.prompt import Prompt
-from codevolve.problems.kernelbench.forward import method, model_class
+from codevolve.problems.kernelbench.forward import body_statements, method, model_class
 from codevolve.problems.kernelbench.patterns import recognise
 from codevolve.problems.kernelbench.rewrites import replace, rewrites
 from codevolve.problems.kernelbench.template_text import FALLBACK_METHOD, IMPORTS, MARKER, TUNE
@@ -127,9 +127,7 @@ def rewrite(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | N
     if not found:
         return None
     chosen = found[int(rng.integers(len(found)))]
-    body = forward.body
-    docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-    statements = body[1:] if docstring else body
+    statements = body_statements(forward)
     if not statements:
         return None
     lines = source.split("\n")
