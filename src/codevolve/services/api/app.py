@@ -82,9 +82,9 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.codevolve = state
-    for router in (jobs.router, programs.router, tokens.router, system.router, dashboard.router):
-        app.include_router(router)
-    app.include_router(kernelbench.router)
+    routers = (jobs, programs, tokens, system, dashboard, kernelbench)
+    for routes in routers:
+        app.include_router(routes.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_exception_handler(RequestValidationError, validation_failed)
     app.add_exception_handler(HTTPException, http_error)
