@@ -83,9 +83,8 @@ def template(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | 
     built = template_for(found.pattern, found.forward)
     returns = f" -> {found.forward.returns_source}" if found.forward.returns_source else ""
     kept = _lines(lines, forward)
-    kept[forward.lineno - 1 - _first_line(forward)] = kept[
-        forward.lineno - 1 - _first_line(forward)
-    ].replace("def forward(", f"def {FALLBACK_METHOD}(", 1)
+    head = forward.lineno - 1 - _first_line(forward)  # the ``def`` line, after any decorators
+    kept[head] = kept[head].replace("def forward(", f"def {FALLBACK_METHOD}(", 1)
     members = [
         line for node in cls.body if node is not forward for line in [*_lines(lines, node), ""]
     ]
