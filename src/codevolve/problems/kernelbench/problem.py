@@ -8,7 +8,7 @@ Metric: t_eager / t_ModelNew, both timed by the trusted judge on the same fresh 
 L2 flushed, interleaved round by round, medians; ``torch.compile``'s time is reported beside it
 when the problem asks for it. A program that is wrong on any of the judge's input distributions
 scores nothing (stages.py). KernelBench's ``fast_p`` over a set of problems is computed from the
-best program of each problem's job (report.py).
+best program of each problem's job (services/read_models/kernelbench.py).
 
 Cascade: the source rules (any CPU worker), then the judge on a device. Mutations for the
 simulated proposer (mutations.py) recognise common operator patterns in the forward and propose
@@ -73,7 +73,7 @@ class KernelBenchProblem:
             "inputs, same outputs, dtype and shape), in Triton kernels and/or PyTorch. Score: "
             "PyTorch eager time of Model / time of ModelNew on the GPU, on fresh inputs, with "
             "the L2 cache flushed between rounds. Outputs are checked on several seeds with "
-            "KernelBench's inputs, signed normal inputs and wide normal inputs (atol = rtol = "
+            "KernelBench's inputs, the same with random signs, and those times 100 (atol = rtol = "
             "1e-4 for fp32, 1e-2 for fp16/bf16). Only torch, torch.nn, torch.nn.functional, "
             "triton, triton.language and math may be imported; no streams, threads, RNG "
             "seeding, torch.compile, try/except, caching of results or writing into the "

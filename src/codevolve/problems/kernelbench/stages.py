@@ -6,11 +6,12 @@
    :class:`~codevolve.core.problem.SourceCheckStage` of ``check_model_new``: problem.py.)
 2. ``judge`` (a worker's device): the trusted judge (evaluator_workers/gpu/kb_judge.py) builds
    the reference and the candidate from the same seed, checks the candidate on fresh inputs from
-   several seeds in three distributions (KernelBench's own ``get_inputs()``, signed normal, wide
-   normal), then times it against PyTorch eager (interleaved, L2 flushed, each round's output
-   checked) and, when the problem asks, ``torch.compile``. Score: t_eager / t_candidate. A
-   candidate wrong on any distribution fails, and the error says which verdicts it got:
-   KernelBench's verdict alone (its inputs only) is kept as a metric, never as a pass.
+   several seeds in three distributions (KernelBench's own ``get_inputs()``, the same values with
+   random signs, and those times 100), then times it against PyTorch eager (interleaved, L2
+   flushed, each round's output checked) and, when the problem asks, ``torch.compile``. Score:
+   t_eager / t_candidate. A candidate wrong on any distribution fails, and the error says which
+   verdicts it got: KernelBench's verdict alone (its inputs only) is kept as a metric, never as a
+   pass.
 """
 
 from __future__ import annotations

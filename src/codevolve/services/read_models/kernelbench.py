@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.job import Job
-from codevolve.problems.kernelbench.spec import spec_of_files
+from codevolve.problems.kernelbench.spec import SPEC_FILE, spec_of_files
 from codevolve.program_db import repository
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
@@ -51,7 +51,7 @@ class KernelRow:
 async def kernel_row(session: AsyncSession, job: Job) -> KernelRow | None:
     """The row of a KernelBench job; None for a job of another kind of problem."""
     bundle = await repository.get_bundle(session, job.config.problem)
-    if bundle is None or "kernelbench.json" not in bundle.files:
+    if bundle is None or SPEC_FILE not in bundle.files:
         return None
     spec = spec_of_files(bundle.files)
     best = (
