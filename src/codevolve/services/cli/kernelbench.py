@@ -175,8 +175,9 @@ async def _run_each(
     from codevolve.services.runtime.embedded import run_embedded
 
     jobs: list[Job] = []
+    stored = await _stored_jobs(args.db)  # read once: the set's own runs add no match
     for index, (name, config) in enumerate(configs, start=1):
-        existing = await _existing_job(args.db, config)
+        existing = _same_job(stored, config)
         if existing is not None and existing.state is JobState.DONE:
             console.print(f"[{index}/{len(configs)}] {name}: done before (job {existing.id})")
             jobs.append(existing)
@@ -203,13 +204,17 @@ async def _run_each(
     return jobs, None
 
 
-async def _existing_job(db: str, config: RunConfig) -> Job | None:
-    """The newest job in ``db`` of the same problem, seed and budget, if any."""
+async def _stored_jobs(db: str) -> list[Job]:
+    """Every job ``db`` holds (created and migrated if new), newest first."""
     from codevolve.program_db import repository
     from codevolve.services.database import database_session
 
     async with database_session(db) as session:
-        jobs = await repository.list_jobs(session)
+        return await repository.list_jobs(session)
+
+
+def _same_job(jobs: list[Job], config: RunConfig) -> Job | None:
+    """The first of ``jobs`` (newest first) with the problem, seed and budget of ``config``."""
     same = [
         job
         for job in jobs
@@ -217,7 +222,7 @@ async def _existing_job(db: str, config: RunConfig) -> Job | None:
         and job.config.seed == config.seed
         and job.config.max_proposals == config.max_proposals
     ]
-    return same[-1] if same else None
+    return same[0] if same else None
 
 
 async def _job(db: str, job_id: str) -> Job:
