@@ -37,6 +37,7 @@ from codevolve.problems.kernelbench.expressions import (
     constant_value,
     dotted,
     elementwise,
+    mentions,
     op,
     power,
 )
@@ -173,7 +174,7 @@ class _RowReader:
         self.translator = Translator(self.tensors)
 
     def node(self, expr: ast.expr) -> Node | None:
-        if not any(isinstance(n, ast.Name) and n.id in self.tensors for n in ast.walk(expr)):
+        if not mentions(expr, self.tensors):
             return self.translator.scalar(expr)
         if isinstance(expr, ast.BinOp):
             left = self.node(expr.left)
