@@ -293,6 +293,7 @@ def run_case(case: Case, kind: str, device: str, reps: int, directory: Path) -> 
             return (
                 False,
                 f"FAIL  {label}  output {tuple(got.shape)} {got.dtype}, reference {tuple(want.shape)} {want.dtype}",
+                None,
             )
         error = (got.double() - want.double()).abs().max().item() if got.numel() else 0.0
         tol = case.tolerance
