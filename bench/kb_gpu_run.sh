@@ -21,7 +21,7 @@ for step in "$@"; do
       bash bench/gpu_device_run.sh setup
       ;;
     tests)
-      timeout 300 python3 -m pytest -c /dev/null --rootdir . -p no:cacheprovider -q \
+      timeout ${KB_TESTS_TIMEOUT:-300} python3 -m pytest -c /dev/null --rootdir . -p no:cacheprovider -q \
         -W ignore::pytest.PytestUnknownMarkWarning tests/gpu tests/unit/test_kb_judge.py \
         2>&1 | tee "$OUT/gpu_tests.log" | tail -15
       ;;

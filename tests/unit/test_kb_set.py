@@ -1,12 +1,15 @@
-"""``codevolve kernelbench`` picks the job a set continues: the newest of the same problem."""
+"""``codevolve kernelbench``: the job a set continues (the newest of the same problem) and the
+whole folder's figures when ``--problems`` leaves files out."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from codevolve.core.config import RunConfig
-from codevolve.services.cli.kernelbench import _same_job
+from codevolve.services.cli.kernelbench import _report, _same_job
+from codevolve.services.read_models.kernelbench import KernelRow
 
 
 def _job(name: str, **config: Any) -> Any:
@@ -24,3 +27,32 @@ def test_the_newest_matching_job_is_continued_and_other_budgets_are_not() -> Non
     found = _same_job(stored, config)
     assert found is not None and found.id == "newer"
     assert _same_job(stored[3:], config) is None
+
+
+def _row(problem: str, speedup: float | None, *, reference: bool = False) -> KernelRow:
+    return KernelRow(
+        problem=problem,
+        job_id=problem,
+        state="done",
+        proposals=4,
+        correct=speedup is not None,
+        is_reference=reference,
+        speedup_eager=speedup,
+        speedup_compile=None,
+        best_ms=None,
+        eager_ms=None,
+        compile_ms=None,
+        uses_triton=False,
+        best_program_id=None,
+    )
+
+
+def test_files_left_out_by_problems_count_as_not_solved_in_the_whole_folder_figures() -> None:
+    rows = [_row("1_a", 2.5), _row("2_b", 1.2), _row("3_c", 1.1, reference=True), _row("4_d", None)]
+    report = _report(rows, [("5_e", "not in the format")], Path("level1"), not_run=5)
+    assert report["problems"] == 5  # the run set: four rows and one refused file
+    assert report["fast_p_eager"]["1.0"] == 2 / 5
+    whole = report["whole_folder"]
+    assert whole["problems"] == 10
+    assert whole["fast_p_eager"] == {"0.0": 3 / 10, "1.0": 2 / 10, "1.5": 1 / 10, "2.0": 1 / 10}
+    assert "whole_folder" not in _report(rows, [], Path("level1"), not_run=0)

@@ -114,6 +114,7 @@ def _cmd_kernelbench(args: argparse.Namespace) -> int:
     folder = problem_folder(args.dir, args.level)
     wanted = None if args.problems is None else parse_ranges(args.problems)
     files = problem_files(folder, wanted)
+    not_run = len(problem_files(folder, None)) - len(files) if wanted is not None else 0
     settings = judge_settings(args)
     args.proposals_given = args.proposals
     console = Console(stderr=True)
@@ -133,7 +134,7 @@ def _cmd_kernelbench(args: argparse.Namespace) -> int:
     )
     jobs, interrupted = asyncio.run(_run_all(args, configs, console))
     rows = asyncio.run(_rows(args.db, jobs))
-    report = _report(rows, refused, folder)
+    report = _report(rows, refused, folder, not_run)
     if args.report:
         args.report.write_text(json.dumps(report, indent=2) + "\n")
     print_table(Console(), rows, report)
@@ -244,9 +245,16 @@ async def _rows(db: str, jobs: list[Job]) -> list[KernelRow]:
         return await kernel_rows(session, jobs)
 
 
-def _report(rows: list[KernelRow], refused: list[tuple[str, str]], folder: Path) -> dict[str, Any]:
+def _report(
+    rows: list[KernelRow], refused: list[tuple[str, str]], folder: Path, not_run: int
+) -> dict[str, Any]:
+    """The set's summary; with ``not_run`` files of the folder left out by ``--problems``, also
+    the whole folder's, where each of those counts as a problem without a faster program."""
     report = summary(rows, unsolved=len(refused))
     report["folder"] = str(folder)
+    report["not_run"] = not_run
+    if not_run:
+        report["whole_folder"] = summary(rows, unsolved=len(refused) + not_run)
     report["rows"] = [row.as_dict() for row in rows]
     report["skipped"] = [{"problem": name, "reason": why} for name, why in refused]
     return report
@@ -274,6 +282,17 @@ def print_table(console: Console, rows: list[KernelRow], report: dict[str, Any])
             for p, v in values.items()
         )
         console.print(f"against {against}: {shown}")
+    whole = report.get("whole_folder")
+    if whole is not None:
+        values = whole["fast_p_eager"]
+        shown = ", ".join(
+            f"fast_{p.removesuffix('.0')} {'-' if v is None else f'{v:.2f}'}"
+            for p, v in values.items()
+        )
+        console.print(
+            f"over all {whole['problems']} files of the folder ({report['not_run']} not run, "
+            f"counted as not solved), against eager: {shown}"
+        )
     console.print(
         f"{report['problems']} problems, {report['correct']} with a correct program, "
         f"{report['kept_reference']} kept the reference's own code"
