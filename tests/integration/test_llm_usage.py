@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from codevolve.core.prompt import ProposalStatus
 from codevolve.program_db import repository
-from codevolve.program_db.usage import UsageRow, UsageTotals, usage_totals
+from codevolve.program_db.usage import UsageRow, UsageTotals
 from tests.integration.conftest import evaluation_of, new_program, run_config
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -64,7 +64,8 @@ async def test_a_job_without_proposals_has_cost_nothing(sessions: Sessions) -> N
         job = await repository.create_job(session, run_config())
         assert await repository.job_cost(session, job.id) == 0.0
         assert await repository.proposal_usage(session, job.id) == []
-        assert await usage_totals(session, job.id) == UsageTotals(0, 0, 0.0)
+        figures = await repository.job_figures(session, job.id, None)
+        assert figures.usage == UsageTotals(0, 0, 0.0)
 
 
 async def test_each_jobs_usage_counts_its_own_proposals_only(sessions: Sessions) -> None:
@@ -81,7 +82,7 @@ async def test_each_jobs_usage_counts_its_own_proposals_only(sessions: Sessions)
                     prompt="", answer="",
                 )  # fmt: skip
     async with sessions() as session:
-        totals = [await usage_totals(session, job.id) for job in jobs]
+        totals = [(await repository.job_figures(session, job.id, None)).usage for job in jobs]
         usage = [await repository.proposal_usage(session, job.id) for job in jobs]
     assert totals == [UsageTotals(100, 10, 0.5), UsageTotals(400, 40, 2.0)]
     assert [[(row.proposals, row.tokens_in, row.cost_usd) for row in rows] for rows in usage] == [

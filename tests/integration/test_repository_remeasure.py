@@ -39,10 +39,12 @@ async def test_a_re_measure_is_recorded_once_and_leaves_the_programs_figures(
         assert not await repository.record_remeasure(session, program.id, _confirmed(3.0, 3.0))
     async with sessions.begin() as session:
         stored = await repository.get_program(session, program.id)
-        counts = await repository.remeasure_counts(session, job_id)
+        figures = await repository.job_figures(session, job_id, program.id)
     assert stored is not None and stored.remeasure == refuted
     assert (stored.status, stored.score) == (ProgramStatus.EVALUATED, 3.0)
-    assert counts == {Verdict.REFUTED: 1}
+    assert figures.remeasured == {Verdict.REFUTED: 1}
+    assert (figures.best_picked_score, figures.best_remeasure) == (3.0, refuted)
+    assert figures.programs.evaluated == 1
 
 
 async def test_would_be_bests_are_the_unmeasured_programs_above_the_confirmed_best(
@@ -69,7 +71,8 @@ async def test_the_confirmed_best_is_chosen_by_confirmed_figures_not_picked_ones
         await repository.record_remeasure(session, programs[1].id, _confirmed(9.0, 0.5))
         await repository.record_remeasure(session, programs[2].id, _confirmed(1.0, 1.0))
         best = await repository.confirmed_best(session, job_id)
-        counts = await repository.remeasure_counts(session, job_id)
+        figures = await repository.job_figures(session, job_id, None)
     assert best is not None and best.id == programs[0].id
     assert best.remeasure is not None and best.remeasure.confirmed == 1.9
-    assert counts == {Verdict.CONFIRMED: 3}
+    assert figures.remeasured == {Verdict.CONFIRMED: 3}
+    assert (figures.best_picked_score, figures.best_remeasure) == (None, None)

@@ -157,3 +157,21 @@ class Program:
     # Set once the program was re-measured as a would-be best of its job (None: never was);
     # the job's best is the program with the best confirmed figure.
     remeasure: Remeasure | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramHeader:
+    """A program as a listing shows it: who it is, where it sits and its score, without its
+    source and results (a page of programs reads only these columns)."""
+
+    id: ProgramId
+    job_id: JobId
+    status: ProgramStatus
+    score: float | None
+    island: IslandId
+    generation: int
+    proposal_index: int
+    parent_id: ProgramId | None
+    proposer: str
+    cell: CellKey | None
+    created_at: datetime | None

@@ -1,6 +1,11 @@
 """Jobs and their proposal log.
 
 Every function takes the caller's session and never commits; rows become ``core.Job`` values.
+
+Jobs are read as Core rows by statements built once, and a job's config (stored once, never
+changed) is read as its JSON text and parsed once per process for each distinct text: the API
+lists every job on each poll, and parsing each job's ``RunConfig`` again, through ORM entities,
+was most of that request's CPU (docs/deploy.md, "Under load").
 """
 
 from __future__ import annotations
@@ -11,7 +16,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Executable, bindparam, func, insert, select, update
+from sqlalchemy import (
+    Executable,
+    Row,
+    Select,
+    Text,
+    bindparam,
+    cast,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.config import RunConfig
@@ -26,10 +42,14 @@ from codevolve.program_db.sql import as_utc, dialect_table_insert, table_of
 _NO_SYNC = {"synchronize_session": False}
 
 
-def to_job(row: JobRow) -> Job:
+CONFIGS_KEPT = 1024  # distinct config texts parsed and kept per process (a few KiB each)
+
+
+def to_job(row: Row[Any]) -> Job:
+    """A job from a row of :func:`_job_columns`' statement (its config as JSON text)."""
     return Job(
         id=row.id,
-        config=RunConfig.model_validate(row.config),
+        config=config_of(row.config),
         state=JobState(row.state),
         created_at=as_utc(row.created_at),
         owner=row.owner,
@@ -64,19 +84,42 @@ async def create_job(session: AsyncSession, config: RunConfig, *, owner: str = "
     return job
 
 
+@functools.lru_cache(maxsize=CONFIGS_KEPT)
+def config_of(text: str) -> RunConfig:
+    """The RunConfig stored as ``text``, parsed once per distinct text (RunConfig is frozen, so
+    jobs may share one value); keyed by the text itself, a changed config can never be served
+    from an older parse."""
+    return RunConfig.model_validate_json(text)
+
+
+def _job_columns() -> Select[Any]:
+    """The jobs table's columns a Job is made of, the config as its JSON text."""
+    jobs = table_of(JobRow)
+    columns = [column for column in jobs.c if column.name not in ("config", "updated_at")]
+    return select(*columns, cast(jobs.c.config, Text).label("config"))
+
+
+@functools.cache
+def _get_job_statement() -> Executable:
+    return _job_columns().where(table_of(JobRow).c.id == bindparam("job_id"))
+
+
+@functools.cache
+def _list_jobs_statement(by_owner: bool) -> Executable:
+    jobs = table_of(JobRow)
+    query = _job_columns().order_by(jobs.c.created_at.desc(), jobs.c.id)
+    return query.where(jobs.c.owner == bindparam("owner")) if by_owner else query
+
+
 async def get_job(session: AsyncSession, job_id: JobId) -> Job | None:
-    row = await session.scalar(
-        select(JobRow).where(JobRow.id == job_id).execution_options(populate_existing=True)
-    )
+    row = (await session.execute(_get_job_statement(), {"job_id": job_id})).first()
     return None if row is None else to_job(row)
 
 
 async def list_jobs(session: AsyncSession, *, owner: str | None = None) -> list[Job]:
     """Newest first; only ``owner``'s jobs when given."""
-    query = select(JobRow).order_by(JobRow.created_at.desc(), JobRow.id)
-    if owner is not None:
-        query = query.where(JobRow.owner == owner)
-    rows = await session.scalars(query.execution_options(populate_existing=True))
+    statement = _list_jobs_statement(owner is not None)
+    rows = await session.execute(statement, {} if owner is None else {"owner": owner})
     return [to_job(row) for row in rows]
 
 

@@ -7,9 +7,11 @@ values before they leave this module.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Literal, cast
 
@@ -35,6 +37,7 @@ from codevolve.core.program import (
     Evaluation,
     JobId,
     Program,
+    ProgramHeader,
     ProgramId,
     ProgramStatus,
 )
@@ -467,14 +470,21 @@ async def confirmed_best(session: AsyncSession, job_id: JobId) -> Program | None
     return programs[0] if programs else None
 
 
-async def remeasure_counts(session: AsyncSession, job_id: JobId) -> dict[Verdict, int]:
-    """Programs re-measured per verdict; verdicts that never happened are absent."""
-    rows = await session.execute(
-        select(ProgramRow.verdict, func.count())
-        .where(ProgramRow.job_id == job_id, ProgramRow.verdict.is_not(None))
-        .group_by(ProgramRow.verdict)
-    )
-    return {Verdict(str(verdict)): int(count) for verdict, count in rows}
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Which of a job's programs a listing shows, in which order."""
+
+    job_id: JobId
+    status: ProgramStatus | None = None
+    island: int | None = None
+    limit: int = 50
+    offset: int = 0
+    order: ProgramOrder = "score"
+
+
+_HEADER_COLUMNS = tuple(
+    getattr(ProgramRow, field.name) for field in dataclasses.fields(ProgramHeader)
+)
 
 
 async def list_programs(
@@ -489,24 +499,52 @@ async def list_programs(
 ) -> list[Program]:
     """A page of a job's programs: by score (best first, unscored last), by proposal index, or
     newest first."""
-    query = select(ProgramRow).where(ProgramRow.job_id == job_id)
-    if status is not None:
-        query = query.where(ProgramRow.status == status.value)
-    if island is not None:
-        query = query.where(ProgramRow.island == island)
-    limit, offset = max(limit, 0), max(offset, 0)
-    if order == "score":
+    page = Page(job_id, status=status, island=island, limit=limit, offset=offset, order=order)
+    rows = await _page(session, select(ProgramRow), page)
+    return [to_program(row) for (row,) in rows]
+
+
+async def list_program_headers(session: AsyncSession, page: Page) -> list[ProgramHeader]:
+    """The page of :func:`list_programs` as headers: the columns a listing shows, without the
+    source and the JSON results, whose decoding was most of a listing's CPU."""
+    rows = await _page(session, select(*_HEADER_COLUMNS), page)
+    return [
+        ProgramHeader(
+            id=row.id,
+            job_id=row.job_id,
+            status=ProgramStatus(row.status),
+            score=row.score,
+            island=row.island,
+            generation=row.generation,
+            proposal_index=row.proposal_index,
+            parent_id=row.parent_id,
+            proposer=row.proposer,
+            cell=None if row.cell is None else cell_from_text(row.cell),
+            created_at=as_utc(row.created_at),
+        )
+        for row in rows
+    ]
+
+
+async def _page(session: AsyncSession, query: Select[Any], page: Page) -> Sequence[Row[Any]]:
+    query = query.where(ProgramRow.job_id == page.job_id)
+    if page.status is not None:
+        query = query.where(ProgramRow.status == page.status.value)
+    if page.island is not None:
+        query = query.where(ProgramRow.island == page.island)
+    limit, offset = max(page.limit, 0), max(page.offset, 0)
+    if page.order == "score":
         return await _by_score(session, query, limit=limit, offset=offset)
-    if order == "index":
+    if page.order == "index":
         query = query.order_by(ProgramRow.proposal_index, ProgramRow.id)
     else:
         query = query.order_by(ProgramRow.created_at.desc(), ProgramRow.proposal_index.desc())
-    return await _programs(session, query.limit(limit).offset(offset))
+    return await _rows(session, query.limit(limit).offset(offset))
 
 
 async def _by_score(
-    session: AsyncSession, query: Select[ProgramRow], *, limit: int, offset: int
-) -> list[Program]:
+    session: AsyncSession, query: Select[Any], *, limit: int, offset: int
+) -> Sequence[Row[Any]]:
     """Scored programs best first, then unscored ones by proposal index.
 
     Two queries rather than ``ORDER BY score DESC NULLS LAST``: that order cannot walk the
@@ -514,7 +552,7 @@ async def _by_score(
     the whole job. The unscored query (and a count) only runs for pages past the scored rows.
     """
     scored = query.where(ProgramRow.score.is_not(None))
-    page = await _programs(
+    page = await _rows(
         session,
         scored.order_by(ProgramRow.score.desc(), ProgramRow.proposal_index)
         .limit(limit)
@@ -532,7 +570,13 @@ async def _by_score(
         ProgramRow.proposal_index, ProgramRow.id
     )
     rest = unscored.limit(limit - len(page)).offset(max(offset - scored_total, 0))
-    return page + await _programs(session, rest)
+    return [*page, *await _rows(session, rest)]
+
+
+async def _rows(session: AsyncSession, query: Select[Any]) -> Sequence[Row[Any]]:
+    result = await session.execute(query.execution_options(**_FRESH))
+    rows: Sequence[Row[Any]] = result.all()
+    return rows
 
 
 async def score_history(session: AsyncSession, job_id: JobId) -> list[tuple[int, float]]:

@@ -14,7 +14,8 @@ Contract, for every function here:
 The functions live in ``jobs`` (jobs, proposal log), ``proposal_batches`` (the controller's
 batched proposal write), ``programs`` (programs and their guarded transition), ``elites`` (islands,
 cells, sampling, migration, resets, best cases), ``tokens`` (API tokens, stored hashed),
-``bundles`` (uploaded problem bundles) and ``stats`` (dashboard and metrics aggregates).
+``bundles`` (uploaded problem bundles), ``stats`` (dashboard and metrics aggregates) and
+``job_figures`` (a job's counts, usage and best, in one statement).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from codevolve.program_db.elites import (
     sample,
     upsert_best_cases,
 )
+from codevolve.program_db.job_figures import JobFigures, job_figures
 from codevolve.program_db.jobs import (
     ProposalEntry,
     add_job_wall,
@@ -61,6 +63,7 @@ from codevolve.program_db.programs import (
     get_programs,
     insert_program,
     insert_programs,
+    list_program_headers,
     list_programs,
     mark_enqueued,
     mark_failed,
@@ -68,7 +71,6 @@ from codevolve.program_db.programs import (
     program_counts,
     record_remeasure,
     remeasure_candidates,
-    remeasure_counts,
     score_history,
 )
 from codevolve.program_db.proposal_batches import write_proposals
@@ -100,6 +102,7 @@ __all__ = [
     "Bundle",
     "Drawn",
     "EliteRef",
+    "JobFigures",
     "ProgramOrder",
     "ProposalEntry",
     "ProposalRecord",
@@ -129,9 +132,11 @@ __all__ = [
     "island_score_history",
     "job_cost",
     "job_elites",
+    "job_figures",
     "jobs_by_state",
     "lineage",
     "list_jobs",
+    "list_program_headers",
     "list_programs",
     "list_tokens",
     "mark_enqueued",
@@ -149,7 +154,6 @@ __all__ = [
     "record_proposals",
     "record_remeasure",
     "remeasure_candidates",
-    "remeasure_counts",
     "reset_islands",
     "revoke_token",
     "sample",

@@ -3,8 +3,8 @@ and the proposal that made one program (its prompt, answer, tokens and cost).
 
 Every function takes the caller's session and never commits; it returns plain frozen values.
 The statements are built once: building the per-proposer one (two aliases of the programs
-table) cost about 4 ms of CPU, more than running it, and the API's job detail reads the totals
-on every request.
+table) cost about 4 ms of CPU, more than running it. A job's totals, which the API's job detail
+reads on every request, come with its other figures (job_figures.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from sqlalchemy.orm import aliased
 from codevolve.core.program import JobId, ProgramStatus
 from codevolve.core.prompt import ProposalStatus
 from codevolve.program_db.models import ProgramRow, ProposalRow
-from codevolve.program_db.sql import table_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,25 +71,6 @@ async def job_cost(session: AsyncSession, job_id: JobId) -> float:
         )
     )
     return float(total or 0.0)
-
-
-async def usage_totals(session: AsyncSession, job_id: JobId) -> UsageTotals:
-    """Tokens and cost summed over the job's proposals, in one aggregate (the job detail's
-    figures; :func:`proposal_usage` splits them per proposer and prompt variant)."""
-    tokens_in, tokens_out, cost = (
-        await session.execute(_totals_statement(), {"u_job": job_id})
-    ).one()
-    return UsageTotals(tokens_in=int(tokens_in), tokens_out=int(tokens_out), cost_usd=float(cost))
-
-
-@functools.cache
-def _totals_statement() -> Executable:
-    proposals = table_of(ProposalRow)
-    return select(
-        func.coalesce(func.sum(proposals.c.tokens_in), 0),
-        func.coalesce(func.sum(proposals.c.tokens_out), 0),
-        func.coalesce(func.sum(proposals.c.cost_usd), 0.0),
-    ).where(proposals.c.job_id == bindparam("u_job"))
 
 
 async def proposal_usage(session: AsyncSession, job_id: JobId) -> list[UsageRow]:

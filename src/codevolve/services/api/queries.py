@@ -32,8 +32,8 @@ from codevolve.services.api.schemas import (
     finite,
 )
 from codevolve.services.read_models.kernelbench import KernelRow, kernel_row, summary
-from codevolve.services.read_models.usage import job_usage_totals, program_proposal
-from codevolve.services.read_models.views import job_best
+from codevolve.services.read_models.usage import COST_DIGITS, program_proposal
+from codevolve.services.read_models.views import best_view
 from codevolve.services.runtime.problems import cached_problem
 
 HISTORY_POINTS = 5000  # points sent to the chart; a long run is thinned to about this many
@@ -53,12 +53,12 @@ async def visible_job(session: AsyncSession, job_id: str, *, owner: str | None) 
 
 
 async def job_detail(session: AsyncSession, job: Job) -> JobDetail:
-    counts = await repository.program_counts(session, job.id)
-    usage = await job_usage_totals(session, job.id)
-    best = await job_best(session, job)
+    """The job with its figures, which one statement reads (program_db/job_figures.py)."""
+    figures = await repository.job_figures(session, job.id, job.best_program_id)
+    best = best_view(job, figures)
     return JobDetail(
         **JobPublic.of(job).model_dump(),
-        programs=Programs.of(counts),
+        programs=Programs.of(figures.programs),
         best=None
         if best["best_program_id"] is None or best["best_verdict"] is None
         else BestConfirmed(
@@ -71,9 +71,9 @@ async def job_detail(session: AsyncSession, job: Job) -> JobDetail:
         ),
         remeasured=best["remeasured"],
         usage=Usage(
-            tokens_in=usage.tokens_in,
-            tokens_out=usage.tokens_out,
-            cost_usd=usage.cost_usd,
+            tokens_in=figures.usage.tokens_in,
+            tokens_out=figures.usage.tokens_out,
+            cost_usd=round(figures.usage.cost_usd, COST_DIGITS),
             max_cost_usd=job.config.proposer.max_cost_usd,
         ),
     )

@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchem
 from pydantic_core import PydanticCustomError
 
 from codevolve.core.job import Job, ProgramCounts
-from codevolve.core.program import Program
+from codevolve.core.program import Program, ProgramHeader
 from codevolve.problems.registry import problem_names
 from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
 from codevolve.services.read_models.kernelbench import KernelRow
@@ -241,11 +241,11 @@ class ProgramSummary(BaseModel):
     created_at: datetime | None
 
     @classmethod
-    def of(cls, program: Program) -> ProgramSummary:
+    def of(cls, program: Program | ProgramHeader) -> ProgramSummary:
         return cls(**_summary_fields(program))
 
 
-def _summary_fields(program: Program) -> dict[str, Any]:
+def _summary_fields(program: Program | ProgramHeader) -> dict[str, Any]:
     return {
         "id": program.id,
         "job_id": program.job_id,

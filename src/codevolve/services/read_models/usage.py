@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.program import Program
 from codevolve.program_db import repository
-from codevolve.program_db.usage import ProposalRecord, UsageRow, UsageTotals, usage_totals
+from codevolve.program_db.usage import ProposalRecord, UsageRow
 
 COST_DIGITS = 6  # USD rounded to a millionth of a dollar
 
@@ -56,13 +55,6 @@ def _grouped(rows: Sequence[UsageRow], key: str) -> dict[str, dict[str, Any]]:
     for row in rows:
         groups.setdefault(getattr(row, key), []).append(row)
     return {name: _totals(members) for name, members in sorted(groups.items())}
-
-
-async def job_usage_totals(session: AsyncSession, job_id: str) -> UsageTotals:
-    """The totals of :func:`job_usage` (the cost rounded the same way) from one aggregate: the
-    API's job detail shows no split per proposer, and is read on every poll."""
-    totals = await usage_totals(session, job_id)
-    return replace(totals, cost_usd=round(totals.cost_usd, COST_DIGITS))
 
 
 async def job_usage(session: AsyncSession, job_id: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from codevolve.core.job import Job
 from codevolve.core.measurement import Remeasure, Spread
 from codevolve.core.program import Program
 from codevolve.program_db import repository
+from codevolve.program_db.repository import JobFigures
 
 
 def program_summary(program: Program) -> dict[str, Any]:
@@ -65,19 +66,18 @@ def remeasure_summary(remeasure: Remeasure) -> dict[str, Any]:
 
 async def job_best(session: AsyncSession, job: Job) -> dict[str, Any]:
     """The job's best as confirmed on independent samples (``best_*`` keys), and how many
-    would-be bests were re-measured: ``best_score`` is the confirmed figure,
-    ``best_picked_score`` the one the program was picked on."""
-    best = (
-        None
-        if job.best_program_id is None
-        else await repository.get_program(session, job.best_program_id)
-    )
-    remeasure = None if best is None else best.remeasure
-    counts = await repository.remeasure_counts(session, job.id)
+    would-be bests were re-measured (:func:`best_view` of the job's figures)."""
+    return best_view(job, await repository.job_figures(session, job.id, job.best_program_id))
+
+
+def best_view(job: Job, figures: JobFigures) -> dict[str, Any]:
+    """``best_score`` is the confirmed figure, ``best_picked_score`` the one the program was
+    picked on."""
+    remeasure = figures.best_remeasure
     return {
         "best_program_id": job.best_program_id,
         "best_score": job.best_score,
-        "best_picked_score": None if best is None else best.score,
+        "best_picked_score": figures.best_picked_score,
         # None for a best never re-measured (a job from before re-measures)
         "best_verdict": None if remeasure is None else remeasure.verdict.value,
         "best_note": None if remeasure is None else remeasure.note,
@@ -87,7 +87,7 @@ async def job_best(session: AsyncSession, job: Job) -> dict[str, Any]:
         "best_spread_over": None
         if remeasure is None or remeasure.spread_over is None
         else remeasure.spread_over.value,
-        "remeasured": {verdict.value: n for verdict, n in counts.items()},
+        "remeasured": {verdict.value: n for verdict, n in figures.remeasured.items()},
         "remeasure_samples": job.config.remeasure_samples,
     }
 

@@ -21,7 +21,7 @@ from codevolve.core.program import ProgramStatus
 from codevolve.problems.openevolve.bundle import BundleError
 from codevolve.program_db import repository
 from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
-from codevolve.program_db.programs import ProgramOrder
+from codevolve.program_db.programs import Page, ProgramOrder
 from codevolve.services.api.auth import Principal, PrincipalDep, UploaderDep
 from codevolve.services.api.bundle_check import BundleRejected, load_bundle
 from codevolve.services.api.deps import ReadSessionDep, SessionDep, state_of
@@ -245,15 +245,10 @@ async def list_job_programs(
 ) -> ProgramPage:
     """A page of the job's programs, filtered by island and status."""
     await visible_job(session, job_id, owner=_owner(principal))
-    programs = await repository.list_programs(
-        session,
-        job_id,
-        status=program_status,
-        island=island,
-        limit=limit,
-        offset=offset,
-        order=sort,
+    page = Page(
+        job_id, status=program_status, island=island, limit=limit, offset=offset, order=sort
     )
+    programs = await repository.list_program_headers(session, page)
     return ProgramPage(
         programs=[ProgramSummary.of(p) for p in programs], limit=limit, offset=offset
     )
