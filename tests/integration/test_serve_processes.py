@@ -174,6 +174,15 @@ def test_serve_answers_health_from_api_processes_of_its_own_and_a_stop_ends_them
     assert "Traceback" not in serve.output()
 
 
+def test_serve_hands_its_read_cache_time_to_each_api_process(start_serve: StartServe) -> None:
+    serve = start_serve("--api-processes", "2", "--read-cache-s", "0")
+    serve.wait_healthy()
+    lines = list(serve.api_processes().values())
+    assert len(lines) == 2 and all("--read-cache-s 0.0" in line for line in lines), lines
+    serve.process.send_signal(signal.SIGTERM)
+    assert serve.wait() == 0, serve.output()
+
+
 def test_an_api_process_that_dies_stops_serve_with_exit_code_1(start_serve: StartServe) -> None:
     serve = start_serve()
     serve.wait_healthy()

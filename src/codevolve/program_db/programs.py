@@ -549,7 +549,8 @@ async def _by_score(
 
     Two queries rather than ``ORDER BY score DESC NULLS LAST``: that order cannot walk the
     (job_id, score) index on Postgres, and SQLite indexes have no NULLS LAST, so a page would sort
-    the whole job. The unscored query (and a count) only runs for pages past the scored rows.
+    the whole job. The unscored query only runs for pages past the scored rows; a count of the
+    scored rows only for such a page, past the first, that holds none of them.
     """
     scored = query.where(ProgramRow.score.is_not(None))
     page = await _rows(
@@ -560,7 +561,7 @@ async def _by_score(
     )
     if len(page) == limit:
         return page
-    if page:
+    if page or offset == 0:  # a first page without scored rows: the job has none
         scored_total = offset + len(page)
     else:
         scored_total = int(

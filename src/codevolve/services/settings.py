@@ -13,6 +13,7 @@ DB_HELP = (
     "database: an SQLite file or a postgresql://USER@HOST/DB URL "
     "(default: $CODEVOLVE_DB, else ./codevolve.sqlite)"
 )
+READ_CACHE_S = 1.0  # seconds an API process keeps a read answer (services/api/read_cache.py)
 SUPPORTED_DB_FORMS = "a file path (x.sqlite), sqlite:///PATH or postgresql://USER@HOST/DB"
 _ASYNC_SCHEMES = {
     "sqlite": "sqlite+aiosqlite",
@@ -43,6 +44,13 @@ class Settings(BaseSettings):
     api_pool_size: int = Field(10, ge=1, description="the API's database connections")
     api_pool_timeout_s: float = Field(
         5.0, gt=0, description="seconds a request waits for a connection before a 503"
+    )
+    api_read_cache_s: float = Field(
+        READ_CACHE_S,
+        ge=0,
+        allow_inf_nan=False,
+        description="seconds the API keeps a read answer (job list, job, programs, workers) for "
+        "later requests; writes through the same process clear it; 0: off",
     )
 
     @model_validator(mode="after")

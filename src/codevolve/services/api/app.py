@@ -9,6 +9,7 @@ heartbeats (distributed mode); without it the fleet is the embedded one and list
 
 Errors answer ``{"detail": ...}`` (errors.py); bodies are capped per route (limits.py). A request
 that waits ``api_pool_timeout_s`` for a database connection is answered 503 with Retry-After.
+The read routes a burst asks most answer from a cache kept ``api_read_cache_s`` (read_cache.py).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from codevolve.services.api.limits import (
     MAX_JSON_BODY_BYTES,
     BodyLimit,
 )
+from codevolve.services.api.read_cache import ReadCache
 from codevolve.services.api.routes import dashboard, jobs, kernelbench, programs, system, tokens
 from codevolve.services.runtime.pools import api_pool
 from codevolve.services.settings import Settings, normalise_db_url
@@ -56,6 +58,7 @@ def create_app(
         sessions=sessions,
         readers=None if sessions is None else reading(sessions),
         fleet=fleet,
+        reads=ReadCache(ttl_s=settings.api_read_cache_s),
     )
 
     @asynccontextmanager

@@ -8,20 +8,27 @@ returns); a route that only reads takes :data:`ReadSessionDep`, whose statements
 transaction on Postgres: ``BEGIN`` and ``COMMIT`` were two of a read's three or four round trips
 (docs/deploy.md, "Under load"). At Postgres' default READ COMMITTED every statement sees the
 data as of its own start even inside a transaction, so a read route answers the same.
+
+The read routes a burst asks most (the job list, a job, its programs, the workers) answer
+through :func:`kept_answer`, from the process's read cache for up to ``api_read_cache_s``
+(read_cache.py); a write route's commit clears it. They open their read session only when the
+cache misses, so a kept answer costs no session and no connection.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
+from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from codevolve.services.api.health import HealthProbe
 from codevolve.services.api.logins import LoginStore
+from codevolve.services.api.read_cache import ReadCache
 from codevolve.services.api.token_cache import TokenCache
 from codevolve.services.settings import Settings
 
@@ -51,6 +58,7 @@ class AppState:
     health: HealthProbe | None = None  # set by the lifespan: /health's own connections
     logins: LoginStore = field(default_factory=LoginStore)  # the dashboard's sign-ins
     tokens: TokenCache = field(default_factory=TokenCache)  # live tokens, for a few seconds
+    reads: ReadCache = field(default_factory=ReadCache)  # read answers, for about a second
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -78,11 +86,12 @@ def settings_of(request: Request) -> Settings:
 async def _session(request: Request) -> AsyncIterator[AsyncSession]:
     """One session and one transaction per request, committed when the route returns (before the
     response is sent, so a 201 means the row is there) and rolled back when it raises."""
-    sessions = state_of(request).sessions
-    if sessions is None:
+    state = state_of(request)
+    if state.sessions is None:
         raise RuntimeError("the app has no database: create_app(sessions=...) or run its lifespan")
-    async with sessions() as session, session.begin():
+    async with state.sessions() as session, session.begin():
         yield session
+    state.reads.clear()  # committed: the next read shows it
 
 
 async def _read_session(request: Request) -> AsyncIterator[AsyncSession]:
@@ -96,6 +105,19 @@ def read_sessions_of(request: Request) -> async_sessionmaker[AsyncSession]:
     if readers is None:
         raise RuntimeError("the app has no database: create_app(sessions=...) or run its lifespan")
     return readers
+
+
+async def kept_answer(
+    request: Request, key: Hashable, read: Callable[[], Awaitable[BaseModel]]
+) -> Response:
+    """The JSON answer of ``read``, kept under ``key`` for a moment by the process's read cache
+    (read_cache.py): the key names the route, its parameters and what the caller may see."""
+
+    async def as_json() -> bytes:
+        return (await read()).model_dump_json().encode()
+
+    body = await state_of(request).reads.answer(key, as_json)
+    return Response(body, media_type="application/json")
 
 
 SessionDep = Annotated[AsyncSession, Depends(_session, scope="function")]

@@ -33,6 +33,7 @@ from codevolve.services.cli.options import (
     check_problem,
     config_error,
     db_option,
+    seconds,
 )
 from codevolve.services.run_config import RunConfigRefused, run_config_of
 from codevolve.services.runtime.processes import Command
@@ -70,6 +71,14 @@ def register(sub: Any) -> None:
         default=1,
         help="API processes (--role all), sharing the port: more answer a burst of requests "
         "sooner where cores are free; each has its own CODEVOLVE_API_POOL_SIZE connections",
+    )
+    serve.add_argument(
+        "--read-cache-s",
+        type=seconds,
+        default=None,
+        help="seconds each API process keeps a read answer (job list, job, programs, workers) "
+        "for later requests; a write through that process clears it; 0: off (default: "
+        "CODEVOLVE_API_READ_CACHE_S, else 1.0)",
     )
     # Set by serve for the API processes it starts (runtime/processes.py, runtime/api_server.py).
     serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
@@ -262,7 +271,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from codevolve.services.runtime.supervisor import SupervisorOptions
 
     url = _redis_url(args, required=False)
-    settings = Settings(db=args.db, redis_url=url)
+    chosen = {} if args.read_cache_s is None else {"api_read_cache_s": args.read_cache_s}
+    settings = Settings(db=args.db, redis_url=url, **chosen)
     if args.role == "api":
         return 0 if asyncio.run(_serve_api(args, settings)) else EXIT_FAILED
     from codevolve.services.runtime.api_server import listening_socket
@@ -311,6 +321,8 @@ def _api_command(args: argparse.Namespace, redis_url: str | None, fd: int, numbe
     argv += ["serve", "--role", "api", "--host", args.host, "--port", str(args.port)]
     argv += ["--key-prefix", args.key_prefix, "--parent-pid", str(os.getpid())]
     argv += ["--listen-fd", str(fd)]
+    if args.read_cache_s is not None:
+        argv += ["--read-cache-s", repr(args.read_cache_s)]
     env = {name: value for name, value in os.environ.items() if name != "CODEVOLVE_REDIS_URL"}
     env["CODEVOLVE_DB"] = args.db
     if redis_url is not None:

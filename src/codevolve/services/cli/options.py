@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -58,6 +59,17 @@ def at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds (e.g. 0.5), got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text!r}")
+    return value
 
 
 def config_error(

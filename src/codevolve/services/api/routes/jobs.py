@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request, status
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 
 from codevolve.core.config import RunConfig
@@ -24,7 +24,13 @@ from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
 from codevolve.program_db.programs import Page, ProgramOrder
 from codevolve.services.api.auth import Principal, PrincipalDep, UploaderDep
 from codevolve.services.api.bundle_check import BundleRejected, load_bundle
-from codevolve.services.api.deps import ReadSessionDep, SessionDep, state_of
+from codevolve.services.api.deps import (
+    ReadSessionDep,
+    SessionDep,
+    kept_answer,
+    read_sessions_of,
+    state_of,
+)
 from codevolve.services.api.fleet import FleetUnreachable
 from codevolve.services.api.queries import job_detail, top_programs, visible_job
 from codevolve.services.api.schemas import (
@@ -170,21 +176,32 @@ async def create_bundle_job(
     return BundleJobPublic(**JobPublic.of(job).model_dump(), warnings=list(warnings))
 
 
-@router.get("", responses={401: _ERRORS[401]})
+@router.get("", response_model=JobList, responses={401: _ERRORS[401]})
 async def list_jobs(
-    session: ReadSessionDep,
+    request: Request,
     principal: PrincipalDep,
     state: Annotated[JobState | None, Query(description="only jobs in this state")] = None,
-) -> JobList:
+) -> Response:
     """Your jobs (every job for the admin), newest first."""
-    jobs = await repository.list_jobs(session, owner=_owner(principal))
-    return JobList(jobs=[JobPublic.of(j) for j in jobs if state is None or j.state is state])
+    owner = _owner(principal)
+
+    async def read() -> JobList:
+        async with read_sessions_of(request)() as session:
+            jobs = await repository.list_jobs(session, owner=owner)
+        return JobList(jobs=[JobPublic.of(j) for j in jobs if state is None or j.state is state])
+
+    return await kept_answer(request, ("jobs", owner, state), read)
 
 
-@router.get("/{job_id}", responses=_ERRORS)
-async def get_job(job_id: JobIdPath, session: ReadSessionDep, principal: PrincipalDep) -> JobDetail:
-    job = await visible_job(session, job_id, owner=_owner(principal))
-    return await job_detail(session, job)
+@router.get("/{job_id}", response_model=JobDetail, responses=_ERRORS)
+async def get_job(request: Request, job_id: JobIdPath, principal: PrincipalDep) -> Response:
+    owner = _owner(principal)
+
+    async def read() -> JobDetail:
+        async with read_sessions_of(request)() as session:
+            return await job_detail(session, await visible_job(session, job_id, owner=owner))
+
+    return await kept_answer(request, ("job", owner, job_id), read)
 
 
 # A control action is allowed from these states; anything else is a 409.
@@ -232,26 +249,32 @@ async def cancel_job(job_id: JobIdPath, session: SessionDep, principal: Principa
     return JobPublic.of(await _control(session, principal, job_id, "cancel"))
 
 
-@router.get("/{job_id}/programs", responses=_ERRORS)
+@router.get("/{job_id}/programs", response_model=ProgramPage, responses=_ERRORS)
 async def list_job_programs(
+    request: Request,
     job_id: JobIdPath,
-    session: ReadSessionDep,
     principal: PrincipalDep,
     island: Annotated[int | None, Query(ge=0, le=255)] = None,
     program_status: Annotated[ProgramStatus | None, Query(alias="status")] = None,
     sort: Annotated[ProgramOrder, Query(description="score (best first), index, newest")] = "score",
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
-) -> ProgramPage:
+) -> Response:
     """A page of the job's programs, filtered by island and status."""
-    await visible_job(session, job_id, owner=_owner(principal))
+    owner = _owner(principal)
     page = Page(
         job_id, status=program_status, island=island, limit=limit, offset=offset, order=sort
     )
-    programs = await repository.list_program_headers(session, page)
-    return ProgramPage(
-        programs=[ProgramSummary.of(p) for p in programs], limit=limit, offset=offset
-    )
+
+    async def read() -> ProgramPage:
+        async with read_sessions_of(request)() as session:
+            await visible_job(session, job_id, owner=owner)
+            programs = await repository.list_program_headers(session, page)
+        return ProgramPage(
+            programs=[ProgramSummary.of(p) for p in programs], limit=limit, offset=offset
+        )
+
+    return await kept_answer(request, ("programs", owner, page), read)
 
 
 @router.get("/{job_id}/best", responses=_ERRORS)

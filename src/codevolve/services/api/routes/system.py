@@ -9,7 +9,7 @@ import codevolve
 from codevolve.problems.registry import problem_names
 from codevolve.program_db import repository
 from codevolve.services.api.auth import MetricsReaderDep, PrincipalDep
-from codevolve.services.api.deps import ReadSessionDep, WorkerStatus, state_of
+from codevolve.services.api.deps import ReadSessionDep, WorkerStatus, kept_answer, state_of
 from codevolve.services.api.fleet import FleetUnreachable
 from codevolve.services.api.health import Health
 from codevolve.services.api.schemas import Fleet, WorkerPublic
@@ -73,15 +73,16 @@ def _worker(worker: WorkerStatus) -> WorkerPublic:
 
 @router.get(
     "/api/v1/workers",
+    response_model=Fleet,
     responses={
         401: {"description": "missing or invalid token"},
         503: {"description": "the workers' heartbeats cannot be read (Redis does not answer)"},
     },
 )
-async def workers(request: Request, _principal: PrincipalDep) -> Fleet:
+async def workers(request: Request, _principal: PrincipalDep) -> Response:
     """The evaluation workers seen by their heartbeats (embedded mode: in-process, none listed)."""
     try:
-        return await read_fleet(request)
+        return await kept_answer(request, ("workers",), lambda: read_fleet(request))
     except FleetUnreachable as exc:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=str(exc)) from None
 
