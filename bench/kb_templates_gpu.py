@@ -168,6 +168,22 @@ def cases(s: int) -> list[Case]:
             "return F.kl_div(torch.log(predictions), targets, reduction='batchmean')",
             lambda r: [r(d(8192), d(8192)).softmax(-1), r(d(8192), d(8192)).softmax(-1)],
         ),
+        Case(
+            "cross_entropy",
+            "predictions, targets",
+            "return self.loss(predictions, targets)",
+            lambda r: [r(d(32768), d(4096), signed=True) * 10, class_targets(r, d(32768), d(4096))],
+            init_body="self.loss = nn.CrossEntropyLoss()",
+        ),
+        Case(
+            "triplet_margin",
+            "anchor, positive, negative",
+            "return self.loss_fn(anchor, positive, negative)",
+            lambda r: [r(d(32768), d(8192)) * 0.5, r(d(32768), d(8192)), r(d(32768), d(8192))],
+            (1.0,),
+            ", margin: float = 1.0",
+            "self.loss_fn = nn.TripletMarginLoss(margin=margin)",
+        ),
         Case("cumsum", "x", "return torch.cumsum(x, dim=self.dim)", lambda r: [r(d(8192), d(16384))], (1,), **DIM),
         Case(
             "cumsum_reverse",
@@ -215,6 +231,12 @@ def cases(s: int) -> list[Case]:
             lambda r: [torch.tril(r(n, n)), torch.tril(r(n, n))],
         ),
     ]  # fmt: skip
+
+
+def class_targets(r: Callable[..., torch.Tensor], rows: int, classes: int) -> torch.Tensor:
+    """Class indices on the device, about a tenth of them -100 (cross_entropy's ignore_index)."""
+    targets = (r(rows) * classes).long().clamp(max=classes - 1)
+    return torch.where(r(rows) < 0.1, -100, targets)
 
 
 def child(source: str, kind: str) -> str | None:

@@ -73,6 +73,12 @@ def randn(*shape: int) -> Any:
     return torch.randn(*shape)
 
 
+def class_targets(rows: int, classes: int, ignore_index: int = -100) -> Any:
+    """Class indices, about a quarter of them ``ignore_index`` (rows cross-entropy must skip)."""
+    targets = torch.randint(0, classes, (rows,))
+    return torch.where(torch.rand(rows) < 0.25, ignore_index, targets)
+
+
 DIM = (", dim: int = 1", "self.dim = dim")
 # name: (program, init inputs, inputs); sizes small enough for Triton's interpreter
 CASES: dict[str, tuple[str, tuple[Any, ...], Callable[[], list[Any]]]] = {
@@ -206,6 +212,48 @@ CASES: dict[str, tuple[str, tuple[Any, ...], Callable[[], list[Any]]]] = {
         program("tril_matmul", "A, B", "return torch.tril(torch.matmul(A, B))"),
         (),
         lambda: [torch.tril(rand(130, 130)), torch.tril(rand(130, 130))],
+    ),
+    "cross_entropy": (
+        program("cross_entropy", "predictions, targets", "return self.loss(predictions, targets)", "", "self.loss = nn.CrossEntropyLoss()"),
+        (),
+        lambda: [randn(6, 5000), class_targets(6, 5000)],
+    ),
+    "cross_entropy_functional": (
+        program("cross_entropy_functional", "predictions, targets", "return torch.nn.functional.cross_entropy(predictions, targets)"),
+        (),
+        lambda: [rand(37, 300), class_targets(37, 300)],
+    ),
+    "cross_entropy_sum": (
+        program("cross_entropy_sum", "predictions, targets", "return F.cross_entropy(predictions, targets, ignore_index=3, reduction='sum')"),
+        (),
+        lambda: [randn(37, 20), class_targets(37, 20, ignore_index=3)],
+    ),
+    "triplet_margin": (
+        program(
+            "triplet_margin",
+            "anchor, positive, negative",
+            "return self.loss_fn(anchor, positive, negative)",
+            ", margin=1.0",
+            "self.loss_fn = torch.nn.TripletMarginLoss(margin=margin)",
+        ),
+        (0.7,),
+        lambda: [rand(5, 5000) * 0.3, rand(5, 5000), rand(5, 5000)],
+    ),
+    "triplet_margin_functional": (
+        program("triplet_margin_functional", "anchor, positive, negative", "return F.triplet_margin_loss(anchor, positive, negative, margin=2.5)"),
+        (),
+        lambda: [randn(37, 300), randn(37, 300), randn(37, 300)],
+    ),
+    "triplet_margin_sum": (
+        program(
+            "triplet_margin_sum",
+            "anchor, positive, negative",
+            "return self.triplet(anchor, positive, negative)",
+            "",
+            "self.triplet = nn.TripletMarginLoss(5.0, eps=1e-3, reduction='sum')",
+        ),
+        (),
+        lambda: [randn(300), randn(300), randn(300)],
     ),
 }  # fmt: skip
 TEMPLATED = [name for name in CASES if name != "diag_matmul"]
@@ -431,15 +479,40 @@ def _child_process(directory: Path, script: str, name: str, manifest: Path) -> s
     return done.stdout
 
 
-def run_kernels(directory: Path, *, compile_kernels: bool) -> dict[str, dict[str, Any]]:
-    """Each templated case's candidate run by the interpreter: its result, inputs afterwards,
-    launch count (and kernels compiled for sm_90), with the reference's result beside them."""
+Draw = tuple[str, int, str]  # (case, seed, distribution)
+DISTRIBUTIONS = ("kernelbench", "signed", "wide")
+
+
+def draw(name: str, seed: int, distribution: str) -> list[Any]:
+    """The case's inputs under ``seed``, as the judge varies them: ``signed`` puts a random sign
+    on every float element, ``wide`` then multiplies by 100; integer inputs (class indices) are
+    kept."""
+    torch.manual_seed(seed)
+    inputs = CASES[name][2]()
+    if distribution == "kernelbench":
+        return inputs
+    scale = 100.0 if distribution == "wide" else 1.0
+    return [
+        i * torch.where(torch.rand(i.shape) < 0.5, -scale, scale)
+        if isinstance(i, torch.Tensor) and i.is_floating_point()
+        else i
+        for i in inputs
+    ]
+
+
+def run_kernels(
+    directory: Path, *, compile_kernels: bool, draws: dict[str, Draw] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Each draw's candidate (the case's template child) run by the interpreter: its result,
+    inputs afterwards, launch count (and kernels compiled for sm_90), with the reference's
+    result beside them. By default one draw per templated case, seed 0, its own inputs."""
     pytest.importorskip("triton")
-    cases, references = [], {}
-    for name in TEMPLATED:
-        parent, init, make = CASES[name]
-        torch.manual_seed(0)
-        inputs = make()
+    if draws is None:
+        draws = {name: (name, 0, "kernelbench") for name in TEMPLATED}
+    cases, references, candidates = [], {}, {}
+    for key, (name, seed, distribution) in draws.items():
+        parent, init, _ = CASES[name]
+        inputs = draw(name, seed, distribution)
         reference = load(parent, directory, f"reference_{name}").ModelNew(*init)
         state = {}
         if name == "layer_norm":  # weights away from 1 and 0, shared by both
@@ -447,19 +520,20 @@ def run_kernels(directory: Path, *, compile_kernels: bool) -> dict[str, dict[str
                 for p in reference.parameters():
                     p.copy_(torch.rand_like(p))
             state = reference.state_dict()
-        data = directory / f"{name}.pt"
+        data = directory / f"{key}.pt"
         torch.save(
             (init, [i.clone() if isinstance(i, torch.Tensor) else i for i in inputs], state), data
         )
-        references[name] = (reference(*inputs), inputs)
-        candidate = directory / f"candidate_{name}.py"
-        candidate.write_text(child("template", parent))
+        references[key] = (reference(*inputs), inputs)
+        if name not in candidates:
+            candidates[name] = directory / f"candidate_{name}.py"
+            candidates[name].write_text(child("template", parent))
         cases.append(
             {
-                "name": name,
-                "candidate": str(candidate),
+                "name": key,
+                "candidate": str(candidates[name]),
                 "data": str(data),
-                "out": str(directory / f"{name}.out"),
+                "out": str(directory / f"{key}.out"),
             }
         )
     manifest = directory / "cases.json"
@@ -510,3 +584,91 @@ def test_template_kernels_compile_for_hopper(tmp_path: Path) -> None:
     for name, run in runs.items():
         check_run(run)
         assert len(run["compiled"]) == len(run["launches"]), name
+
+
+# --- cross-entropy and triplet margin: more draws, the forms not taken, the fallback -------------
+
+ROW_LOSSES = [name for name in CASES if name.startswith(("cross_entropy", "triplet_margin"))]
+
+
+@pytest.fixture(scope="module")
+def interpreted_losses(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    draws = {
+        f"{name}-{seed}-{distribution}": (name, seed, distribution)
+        for name in ROW_LOSSES
+        for seed in (1, 2, 3)
+        for distribution in DISTRIBUTIONS
+    }
+    return run_kernels(tmp_path_factory.mktemp("losses"), compile_kernels=False, draws=draws)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ROW_LOSSES)
+def test_row_loss_templates_match_torch_on_seeds_signed_and_wide_inputs(
+    name: str, interpreted_losses: dict[str, dict[str, Any]]
+) -> None:
+    runs = {key: run for key, run in interpreted_losses.items() if key.startswith(f"{name}-")}
+    assert len(runs) == 9
+    for key, run in runs.items():
+        try:
+            check_run(run)
+        except AssertionError as error:
+            raise AssertionError(key) from error
+
+
+def test_row_loss_margin_and_ignore_index_are_read_as_written() -> None:
+    # an init input: the module's attribute, read in forward; a literal: the literal
+    assert "margin = float(self.loss_fn.margin)" in child("template", CASES["triplet_margin"][0])
+    functional = child("template", CASES["triplet_margin_functional"][0])
+    assert "margin = float(2.5)" in functional
+    assert "1e-06, BLOCK=block" in functional  # torch's default eps
+    assert "IGNORE_INDEX = -100  #" in child("template", CASES["cross_entropy"][0])
+    assert "IGNORE_INDEX = 3  #" in child("template", CASES["cross_entropy_sum"][0])
+
+
+# name: (forward's parameters, its body, __init__'s body, __init__'s extra parameters)
+NOT_TAKEN = {
+    "label_smoothing": ("predictions, targets", "return F.cross_entropy(predictions, targets, label_smoothing=0.1)", "", ""),
+    "weight": ("predictions, targets", "return F.cross_entropy(predictions, targets, weight=self.w)", "self.w = nn.Parameter(torch.ones(5))", ""),
+    "cross_entropy_none": ("predictions, targets", "return F.cross_entropy(predictions, targets, reduction='none')", "", ""),
+    "cross_entropy_legacy": ("predictions, targets", "return F.cross_entropy(predictions, targets, size_average=False)", "", ""),
+    "ignore_index_variable": ("predictions, targets", "return F.cross_entropy(predictions, targets, ignore_index=self.ignore)", "self.ignore = int(3)", ""),
+    "module_label_smoothing": ("predictions, targets", "return self.loss(predictions, targets)", "self.loss = nn.CrossEntropyLoss(label_smoothing=0.1)", ""),
+    "module_weight": ("predictions, targets", "return self.loss(predictions, targets)", "self.loss = nn.CrossEntropyLoss(torch.ones(5))", ""),
+    "module_none": ("predictions, targets", "return self.loss(predictions, targets)", "self.loss = nn.CrossEntropyLoss(reduction='none')", ""),
+    "p1": ("a, p, n", "return F.triplet_margin_loss(a, p, n, p=1)", "", ""),
+    "swap": ("a, p, n", "return F.triplet_margin_loss(a, p, n, margin=1.0, swap=True)", "", ""),
+    "triplet_none": ("a, p, n", "return F.triplet_margin_loss(a, p, n, reduction='none')", "", ""),
+    "margin_parameter": ("a, p, n", "return F.triplet_margin_loss(a, p, n, margin=self.m)", "self.m = nn.Parameter(torch.ones(()))", ""),
+    "module_p1": ("a, p, n", "return self.loss(a, p, n)", "self.loss = nn.TripletMarginLoss(margin=1.0, p=1)", ""),
+    "module_p_init_input": ("a, p, n", "return self.loss(a, p, n)", "self.loss = nn.TripletMarginLoss(p=order)", ", order=2"),
+    "module_swap": ("a, p, n", "return self.loss(a, p, n)", "self.loss = nn.TripletMarginLoss(1.0, 2, 1e-6, True)", ""),
+    "module_none_triplet": ("a, p, n", "return self.loss(a, p, n)", "self.loss = nn.TripletMarginLoss(reduction='none')", ""),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", NOT_TAKEN)
+def test_row_losses_with_options_the_kernels_do_not_compute_are_not_templated(name: str) -> None:
+    forward_args, body, init, init_args = NOT_TAKEN[name]
+    source = program(name, forward_args, body, init_args, init)
+    assert MUTATIONS["template"].propose(prompt(source), np.random.default_rng(0)) is None
+
+
+def test_row_loss_templates_fall_back_to_torch_for_inputs_their_kernels_do_not_take(
+    tmp_path: Path,
+) -> None:
+    """Inputs outside the kernels reach the parent's forward (no kernel runs: no interpreter is
+    needed, and a launch on CPU tensors would fail)."""
+    pytest.importorskip("triton")
+    entropy = load(child("template", CASES["cross_entropy"][0]), tmp_path, "fallback_ce").ModelNew()
+    logits = randn(4, 5)
+    probabilities = randn(4, 5).softmax(1)  # class probabilities, not indices
+    spatial, spatial_targets = randn(2, 5, 3), torch.randint(0, 5, (2, 3))  # (N, C, d) logits
+    for args in ((logits, probabilities), (spatial, spatial_targets)):
+        torch.testing.assert_close(entropy(*args), torch.nn.functional.cross_entropy(*args))
+    triplet = load(child("template", CASES["triplet_margin"][0]), tmp_path, "fallback_tm")
+    model = triplet.ModelNew(0.7)
+    a, p, n = randn(4, 6), randn(4, 6), randn(4, 6).double()  # dtypes differ
+    torch.testing.assert_close(model(a, p, n), torch.nn.TripletMarginLoss(margin=0.7)(a, p, n))
+    with pytest.raises(ValueError, match="margin"):  # torch's own error for a margin <= 0
+        triplet.ModelNew(-1.0)(a, p, a)

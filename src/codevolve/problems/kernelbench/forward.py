@@ -3,7 +3,8 @@
 The forward's body is read as one expression: a docstring is skipped, ``name = expr`` statements
 (annotated or not) are substituted into the ``return``. A body holding any other statement (an
 ``if``, a loop, a tuple target, an augmented assignment) has no such expression. ``__init__`` is
-read only for its ``self.<attr> = <call>(...)`` assignments, which say what an attribute is.
+read only for its ``self.<attr> = <call>(...)`` assignments, which say what an attribute is (and,
+for a loss module, with which arguments it was built).
 """
 
 from __future__ import annotations
@@ -88,13 +89,10 @@ def _substitute(expr: ast.expr, env: dict[str, ast.expr]) -> ast.expr:
     return result
 
 
-def init_modules(cls: ast.ClassDef) -> dict[str, str]:
-    """``self.<attr> = nn.<Module>(...)`` assignments of ``__init__``: attribute -> module name.
-
-    Any call counts (``nn.Parameter``, ``float``, ``math.sqrt``): the name is the callee's last
-    dotted part, so a caller can tell a module or a tensor from a scalar."""
+def init_calls(cls: ast.ClassDef) -> dict[str, ast.Call]:
+    """``self.<attr> = <call>(...)`` assignments of ``__init__``: attribute -> the call."""
     init = method(cls, "__init__")
-    found: dict[str, str] = {}
+    found: dict[str, ast.Call] = {}
     for node in ast.walk(init) if init is not None else []:
         if (
             isinstance(node, ast.Assign)
@@ -104,5 +102,12 @@ def init_modules(cls: ast.ClassDef) -> dict[str, str]:
             and target.value.id == "self"
             and isinstance(node.value, ast.Call)
         ):
-            found[target.attr] = dotted(node.value.func).rsplit(".", 1)[-1]
+            found[target.attr] = node.value
     return found
+
+
+def callee(call: ast.Call) -> str:
+    """The last dotted part of the function ``call`` calls: ``LayerNorm`` for
+    ``nn.LayerNorm(...)``, ``Parameter``, ``float``, ``sqrt``: enough to tell a module or a tensor
+    from a scalar."""
+    return dotted(call.func).rsplit(".", 1)[-1]

@@ -14,7 +14,11 @@ how, and what it does not recognise; the KernelBench Level-1 problems each cover
   39 L2); and :class:`~codevolve.problems.kernelbench.rows.TwoPass`: a LayerNorm module (40),
   the Frobenius norm (37).
 - :class:`~codevolve.problems.kernelbench.losses.Loss`: the mean or sum of an elementwise
-  expression over one or two tensors, named losses included (94, 96, 98, 100).
+  expression over one or two tensors, named losses included (94, 96, 98, 100);
+  :class:`~codevolve.problems.kernelbench.losses.CrossEntropy` (95) and
+  :class:`~codevolve.problems.kernelbench.losses.TripletMargin` (99), as functions or as the
+  ``nn`` loss modules ``__init__`` builds (read as their functional form, the constructor's
+  arguments included).
 - :class:`~codevolve.problems.kernelbench.elementwise.Elementwise`: a chain of elementwise
   operations over one or two tensors of one shape (5, 19-22, 25-32, 88).
 
@@ -24,9 +28,9 @@ the template would pass a tensor as a float. The pure-torch
 rewrites of sub-expressions are in :mod:`codevolve.problems.kernelbench.rewrites`.
 
 Not recognised by any pattern: convolutions (50-87), pooling (41-46), attention (97), batch,
-instance and group norms (33-35), argmax/argmin (51, 52), cumprod (90), cross-entropy and
-triplet-margin losses (95, 99), cosine-similarity loss, 4-D einsum products (11), and any forward
-that calls a helper function or an ``nn`` module other than LayerNorm.
+instance and group norms (33-35), argmax/argmin (51, 52), cumprod (90), cosine-similarity loss,
+4-D einsum products (11), and any forward that calls a helper function or an ``nn`` module other
+than LayerNorm, CrossEntropyLoss and TripletMarginLoss.
 """
 
 from __future__ import annotations
@@ -39,12 +43,21 @@ from codevolve.problems.kernelbench.elementwise import Elementwise, match_elemen
 from codevolve.problems.kernelbench.expressions import dotted
 from codevolve.problems.kernelbench.forward import (
     Forward,
-    init_modules,
+    callee,
+    init_calls,
     method,
     model_class,
     returned_expression,
 )
-from codevolve.problems.kernelbench.losses import Loss, match_loss
+from codevolve.problems.kernelbench.losses import (
+    CrossEntropy,
+    Loss,
+    TripletMargin,
+    functional_form,
+    match_cross_entropy,
+    match_loss,
+    match_triplet_margin,
+)
 from codevolve.problems.kernelbench.matmul import Matmul, match_matmul
 from codevolve.problems.kernelbench.rows import (
     Rowwise,
@@ -56,7 +69,7 @@ from codevolve.problems.kernelbench.rows import (
 )
 from codevolve.problems.kernelbench.scans import Scan, match_scan
 
-Pattern = Elementwise | Rowwise | TwoPass | Loss | Scan | Matmul
+Pattern = Elementwise | Rowwise | TwoPass | Loss | CrossEntropy | TripletMargin | Scan | Matmul
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +87,8 @@ _MATCHERS: tuple[Matcher, ...] = (
     match_scan,
     match_softmax,
     match_loss,
+    match_cross_entropy,
+    match_triplet_margin,
     match_reduce,
     match_two_pass,
     match_normalize,
@@ -94,15 +109,17 @@ def recognise(tree: ast.Module) -> Recognised | None:
         return None
     names = [a.arg for a in args.args[1:]]
     tensors = [a.arg for a in args.args[1:] if _annotation(a) not in _SCALAR_TYPES]
+    calls = init_calls(cls)
     expr = returned_expression(forward)
     if expr is None:
         return None
+    expr = functional_form(expr, calls)  # a loss module held in __init__, as its function
     signature = Forward(
         args_source=ast.unparse(args),
         returns_source=ast.unparse(forward.returns) if forward.returns else "",
         inputs=tuple(names),
     )
-    modules = init_modules(cls)
+    modules = {attr: callee(call) for attr, call in calls.items()}
     # attributes __init__ builds by a call (a Parameter, a buffer, a module) are no scalars:
     # a pattern that would read one as a float parameter is not taken
     built = {f"self.{attr}" for attr, maker in modules.items() if maker not in _SCALAR_MAKERS}

@@ -4,13 +4,15 @@
 Template`: module-level text (its marker line, tunable constants and ``@triton.jit`` kernels) and
 the body of a new ``forward`` that launches them. The forward falls back to the parent's own
 forward, kept as ``forward_torch``, for inputs the kernels do not take (other dtypes, mismatched
-shapes, a scan over a non-last dimension): that path is the reference's own computation, so a
-template is never wrong by construction, only slower there.
+shapes, a scan over a non-last dimension, class-probability targets): that path is the
+reference's own computation, so a template is never wrong by construction, only slower there.
 
 This module holds the one-pass templates over flat memory: elementwise chains, losses (one
 partial sum per block, then one small sum in torch) and scans (one program per row, the running
 total carried between blocks). The row templates are in
-:mod:`codevolve.problems.kernelbench.row_templates`, the matrix product in
+:mod:`codevolve.problems.kernelbench.row_templates`, cross-entropy and the triplet margin loss
+(one loss per row, then one small sum) in
+:mod:`codevolve.problems.kernelbench.row_loss_templates`, the matrix product in
 :mod:`codevolve.problems.kernelbench.matmul_template`, the text they share in
 :mod:`codevolve.problems.kernelbench.template_text`.
 
@@ -21,19 +23,24 @@ Limits, as built: a scan template scans the last dimension (another falls back t
 triangular product skips the K blocks that are zero when the inputs are triangular, as those
 problems' ``get_inputs`` make them (tunable ``SKIP_ZERO_K = 0`` computes the whole product).
 Where a template can honestly beat eager on an H200: chains of several ops, the norms and the
-losses (one or two passes over memory instead of one per op), the exclusive cumsum (no cat copy)
-and the triangular products (a sixth of the flops). A single op (ReLU, sigmoid, softmax, a sum)
-is one memory-bound pass in eager too: a tie at best. A plain fp32 product in ``ieee`` precision
-(FMA, no tensor cores) should lose to cuBLAS; the evolution decides, the template only starts it.
+losses, cross-entropy and triplet margin included (one or two passes over memory instead of one
+per op), the exclusive cumsum (no cat copy) and the triangular products (a sixth of the flops).
+A single op (ReLU, sigmoid, softmax, a sum) is one memory-bound pass in eager too: a tie at best.
+A plain fp32 product in ``ieee`` precision (FMA, no tensor cores) should lose to cuBLAS; the
+evolution decides, the template only starts it.
 """
 
 from __future__ import annotations
 
 from codevolve.problems.kernelbench.elementwise import Elementwise
 from codevolve.problems.kernelbench.forward import Forward
-from codevolve.problems.kernelbench.losses import Loss
+from codevolve.problems.kernelbench.losses import CrossEntropy, Loss, TripletMargin
 from codevolve.problems.kernelbench.matmul_template import matmul_template
 from codevolve.problems.kernelbench.patterns import Pattern
+from codevolve.problems.kernelbench.row_loss_templates import (
+    cross_entropy_template,
+    triplet_margin_template,
+)
 from codevolve.problems.kernelbench.row_templates import rowwise_template, two_pass_template
 from codevolve.problems.kernelbench.rows import Rowwise, TwoPass
 from codevolve.problems.kernelbench.scans import Scan
@@ -62,6 +69,10 @@ def template_for(pattern: Pattern, forward: Forward) -> Template:
         return two_pass_template(pattern, forward)
     if isinstance(pattern, Loss):
         return _loss(pattern, forward)
+    if isinstance(pattern, CrossEntropy):
+        return cross_entropy_template(pattern, forward)
+    if isinstance(pattern, TripletMargin):
+        return triplet_margin_template(pattern, forward)
     if isinstance(pattern, Scan):
         return _scan(pattern, forward)
     return matmul_template(pattern, forward)
