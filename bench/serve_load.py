@@ -18,11 +18,14 @@ stopped), pool timeouts (SQLAlchemy's ``QueuePool limit ... reached`` in the log
 connections the server held on the database at once, and the CPU each part spent per request
 during the bursts (serve's API processes, the rest of serve, the workers, this bench, and a
 Postgres on this host: all its processes, other databases' work included; from /proc, Linux),
-then the API's CPU per request of each kind, sent one at a time. Target: p99 < 200 ms, no
+then the API's CPU per request of each kind, sent one at a time. With serve's read cache on (its
+default, docs/api.md "How fresh answers are") most of those are answered from it, as are most of
+a burst's; ``--read-cache-s 0`` makes every request read the database. Target: p99 < 200 ms, no
 restarts, no pool timeouts.
 
     python bench/serve_load.py [--jobs 20] [--requests 200] [--rounds 3] [--workers 2]
-                               [--evaluator-s 0.5] [--api-processes N] [--client lean|httpx]
+                               [--evaluator-s 0.5] [--api-processes N] [--read-cache-s S]
+                               [--every-job] [--client lean|httpx]
 
 Needs Postgres (``CODEVOLVE_TEST_POSTGRES``, default postgresql://postgres@127.0.0.1:5432/test)
 and Redis (``CODEVOLVE_TEST_REDIS``, default redis://127.0.0.1:6379/0). The database it creates is
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import functools
 import os
 import signal
 import socket
@@ -121,14 +125,13 @@ class Server:
             )
         self.processes.append(process)
 
-    def start(self, workers: int, concurrency: int, api_processes: int | None) -> None:
+    def start(self, workers: int, concurrency: int, serve_options: list[str]) -> None:
         db = _with_database(POSTGRES, self.database)
-        more = [] if api_processes is None else ["--api-processes", str(api_processes)]
         self.spawn(
             "serve",
             [
                 *_cli("--log-level", "INFO", "serve", "--db", db, "--redis", REDIS),
-                *("--port", str(self.port), "--key-prefix", self.prefix, *more),
+                *("--port", str(self.port), "--key-prefix", self.prefix, *serve_options),
             ],
         )
         for index in range(workers):
@@ -210,11 +213,15 @@ async def _wait_running(client: httpx.AsyncClient, ids: list[str]) -> None:
     raise SystemExit(f"the jobs were not all running after {RUNNING_TIMEOUT_S} s")
 
 
-def _paths(ids: list[str], count: int, kinds: tuple[int, ...] = (0, 1, 2, 3, 4)) -> list[str]:
-    """``count`` request paths, a round-robin mix of the five kinds (or of ``kinds``)."""
+def _paths(
+    ids: list[str], count: int, kinds: tuple[int, ...] = (0, 1, 2, 3, 4), *, every_job: bool = False
+) -> list[str]:
+    """``count`` request paths, a round-robin mix of the five kinds (or of ``kinds``). The job of
+    request ``i`` is ``ids[i % len(ids)]``, so with 20 jobs a job's detail and its programs are
+    asked of 4 of them; ``every_job`` goes round every job for each kind instead."""
     paths = []
     for index in range(count):
-        job = ids[index % len(ids)]
+        job = ids[(index // len(kinds) if every_job else index) % len(ids)]
         kind = kinds[index % len(kinds)]
         paths.append(
             [
@@ -516,12 +523,13 @@ async def bench(args: argparse.Namespace, server: Server) -> None:
             await _wait_running(client, ids)
             print(f"{args.jobs} jobs running after {time.monotonic() - started:.1f} s")
             results: list[Answer] = []
-            await _burst(get, _paths(ids, args.requests))  # warm-up: connections, caches
-            alone = [await _timed(get, path) for path in _paths(ids, SEQUENTIAL)]
+            mix = functools.partial(_paths, ids, every_job=args.every_job)
+            await _burst(get, mix(args.requests))  # warm-up: connections, caches
+            alone = [await _timed(get, path) for path in mix(SEQUENTIAL)]
             meter = CpuMeter(server)
             meter.begin()
             for _ in range(args.rounds):
-                results += await _burst(get, _paths(ids, args.requests))
+                results += await _burst(get, mix(args.requests))
                 await asyncio.sleep(args.pause_s)
             meter.report(len(results))
             await _cpu_per_route(get, ids, server)
@@ -532,6 +540,18 @@ async def bench(args: argparse.Namespace, server: Server) -> None:
         one_by_one = np.percentile([answer.ms for answer in alone], [50, 99])
         print(f"one request at a time ({SEQUENTIAL}): p50 {one_by_one[0]:.1f} ms, ", end="")
         print(f"p99 {one_by_one[1]:.1f} ms")
+
+
+def _serve_options(args: argparse.Namespace) -> list[str]:
+    """The options given for serve itself; left out, serve's defaults."""
+    options = []
+    for name, value in (
+        ("--api-processes", args.api_processes),
+        ("--read-cache-s", args.read_cache_s),
+    ):
+        if value is not None:
+            options += [name, str(value)]
+    return options
 
 
 def main() -> None:
@@ -551,6 +571,17 @@ def main() -> None:
         "--api-processes", type=int, default=None, help="serve's --api-processes (its default)"
     )
     parser.add_argument(
+        "--every-job",
+        action="store_true",
+        help="a burst asks every job's detail and programs (default: the round-robin mix, 4 of "
+        "20 jobs)",
+    )
+    parser.add_argument(
+        "--read-cache-s",
+        default=None,
+        help="serve's --read-cache-s (its default); 0: every request reads the database",
+    )
+    parser.add_argument(
         "--client",
         choices=("lean", "httpx"),
         default="lean",
@@ -563,7 +594,7 @@ def main() -> None:
     server = Server(database, prefix, Path(tempfile.mkdtemp(prefix="codevolve-serve-load-")))
     print(f"logs in {server.logs}")
     try:
-        server.start(args.workers, args.concurrency, args.api_processes)
+        server.start(args.workers, args.concurrency, _serve_options(args))
         asyncio.run(bench(args, server))
     finally:
         server.stop()
