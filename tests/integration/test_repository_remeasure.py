@@ -76,3 +76,25 @@ async def test_the_confirmed_best_is_chosen_by_confirmed_figures_not_picked_ones
     assert best.remeasure is not None and best.remeasure.confirmed == 1.9
     assert figures.remeasured == {Verdict.CONFIRMED: 3}
     assert (figures.best_picked_score, figures.best_remeasure) == (None, None)
+
+
+async def test_a_job_read_with_its_figures_matches_it_and_its_figures_read_apart(
+    sessions: Sessions,
+) -> None:
+    job_id, programs = await _evaluated(sessions, [2.0, None, 4.0])
+    async with sessions.begin() as session:
+        await repository.record_remeasure(session, programs[2].id, _confirmed(4.0, 3.5))
+        await repository.set_job_best(session, job_id, programs[2].id, 3.5)
+        empty = await repository.create_job(session, run_config())
+    async with sessions() as session:
+        together = await repository.job_with_figures(session, job_id)
+        job = await repository.get_job(session, job_id)
+        assert job is not None
+        apart = await repository.job_figures(session, job_id, job.best_program_id)
+        nothing = await repository.job_with_figures(session, empty.id)
+        unknown = await repository.job_with_figures(session, "0" * 32)
+    assert together == (job, apart)
+    assert apart.best_picked_score == 4.0 and apart.remeasured == {Verdict.CONFIRMED: 1}
+    assert (apart.programs.evaluated, apart.programs.rejected) == (2, 1)
+    assert nothing is not None and nothing[0] == empty and nothing[1].programs.total == 0
+    assert nothing[1].best_remeasure is None and unknown is None

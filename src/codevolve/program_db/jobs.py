@@ -46,7 +46,7 @@ CONFIGS_KEPT = 1024  # distinct config texts parsed and kept per process (a few 
 
 
 def to_job(row: Row[Any]) -> Job:
-    """A job from a row of :func:`_job_columns`' statement (its config as JSON text)."""
+    """A job from a row of :func:`job_columns` (its config as JSON text)."""
     return Job(
         id=row.id,
         config=config_of(row.config),
@@ -92,7 +92,7 @@ def config_of(text: str) -> RunConfig:
     return RunConfig.model_validate_json(text)
 
 
-def _job_columns() -> Select[Any]:
+def job_columns() -> Select[Any]:
     """The jobs table's columns a Job is made of, the config as its JSON text."""
     jobs = table_of(JobRow)
     columns = [column for column in jobs.c if column.name not in ("config", "updated_at")]
@@ -101,13 +101,13 @@ def _job_columns() -> Select[Any]:
 
 @functools.cache
 def _get_job_statement() -> Executable:
-    return _job_columns().where(table_of(JobRow).c.id == bindparam("job_id"))
+    return job_columns().where(table_of(JobRow).c.id == bindparam("job_id"))
 
 
 @functools.cache
 def _list_jobs_statement(by_owner: bool) -> Executable:
     jobs = table_of(JobRow)
-    query = _job_columns().order_by(jobs.c.created_at.desc(), jobs.c.id)
+    query = job_columns().order_by(jobs.c.created_at.desc(), jobs.c.id)
     return query.where(jobs.c.owner == bindparam("owner")) if by_owner else query
 
 

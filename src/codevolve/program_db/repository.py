@@ -35,7 +35,7 @@ from codevolve.program_db.elites import (
     sample,
     upsert_best_cases,
 )
-from codevolve.program_db.job_figures import JobFigures, job_figures
+from codevolve.program_db.job_figures import JobFigures, job_figures, job_with_figures
 from codevolve.program_db.jobs import (
     ProposalEntry,
     add_job_wall,
@@ -133,6 +133,7 @@ __all__ = [
     "job_cost",
     "job_elites",
     "job_figures",
+    "job_with_figures",
     "jobs_by_state",
     "lineage",
     "list_jobs",

@@ -17,6 +17,7 @@ from codevolve.core.program import Program, ProgramStatus
 from codevolve.problems.kernelbench.format import KernelProblemError
 from codevolve.program_db import repository
 from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
+from codevolve.program_db.repository import JobFigures
 from codevolve.services.api.schemas import (
     Ancestor,
     BestConfirmed,
@@ -52,9 +53,22 @@ async def visible_job(session: AsyncSession, job_id: str, *, owner: str | None) 
     return job
 
 
-async def job_detail(session: AsyncSession, job: Job) -> JobDetail:
-    """The job with its figures, which one statement reads (program_db/job_figures.py)."""
-    figures = await repository.job_figures(session, job.id, job.best_program_id)
+async def visible_job_detail(session: AsyncSession, job_id: str, *, owner: str | None) -> JobDetail:
+    """:func:`job_detail` of the job, if ``owner`` (None: anyone) may see it (else the 404 of
+    :func:`visible_job`), read with its figures in one statement."""
+    found = await repository.job_with_figures(session, job_id)
+    if found is None or (owner is not None and found[0].owner != owner):
+        raise not_found(f"job {job_id}")
+    return job_detail(*found)
+
+
+async def job_figures_detail(session: AsyncSession, job: Job) -> JobDetail:
+    """:func:`job_detail` of a job already read."""
+    return job_detail(job, await repository.job_figures(session, job.id, job.best_program_id))
+
+
+def job_detail(job: Job, figures: JobFigures) -> JobDetail:
+    """The job with its figures (program_db/job_figures.py)."""
     best = best_view(job, figures)
     return JobDetail(
         **JobPublic.of(job).model_dump(),
@@ -89,7 +103,7 @@ async def top_programs(session: AsyncSession, job_id: str, limit: int) -> list[P
 async def job_live(session: AsyncSession, job: Job) -> dict[str, Any]:
     """Everything the job page draws: the job, the score history (best so far overall and per
     island), the elites of every island as heatmap cells, and the top programs."""
-    detail = await job_detail(session, job)
+    detail = await job_figures_detail(session, job)
     history = await repository.island_score_history(session, job.id)
     step = max(1, len(history) // HISTORY_POINTS)
     islands: list[dict[str, Any]] = []

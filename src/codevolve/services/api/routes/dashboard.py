@@ -21,7 +21,7 @@ from codevolve.services.api.deps import ReadSessionDep, state_of
 from codevolve.services.api.fleet import FleetUnreachable
 from codevolve.services.api.highlight import highlight_python, line_numbers, render_diff
 from codevolve.services.api.queries import (
-    job_detail,
+    job_figures_detail,
     job_live,
     kernel_table,
     program_detail,
@@ -110,7 +110,11 @@ async def job_page(
 ) -> HTMLResponse:
     job = await visible_job(session, job_id, owner=viewer.owner_filter)
     live = await _job_live(request, session, job)
-    context = {"job": (await job_detail(session, job)).model_dump(), "live": live, "page": "job"}
+    context = {
+        "job": (await job_figures_detail(session, job)).model_dump(),
+        "live": live,
+        "page": "job",
+    }
     return templates.TemplateResponse(request, "job.html", context)
 
 

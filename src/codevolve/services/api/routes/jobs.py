@@ -32,7 +32,7 @@ from codevolve.services.api.deps import (
     state_of,
 )
 from codevolve.services.api.fleet import FleetUnreachable
-from codevolve.services.api.queries import job_detail, top_programs, visible_job
+from codevolve.services.api.queries import top_programs, visible_job, visible_job_detail
 from codevolve.services.api.schemas import (
     BundleJobCreate,
     BundleJobPublic,
@@ -199,7 +199,7 @@ async def get_job(request: Request, job_id: JobIdPath, principal: PrincipalDep) 
 
     async def read() -> JobDetail:
         async with read_sessions_of(request)() as session:
-            return await job_detail(session, await visible_job(session, job_id, owner=owner))
+            return await visible_job_detail(session, job_id, owner=owner)
 
     return await kept_answer(request, ("job", owner, job_id), read)
 
