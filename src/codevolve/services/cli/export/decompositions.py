@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from codevolve.core.errors import CodevolveError
-from codevolve.program_db.errors import UnknownJobError
 
 ARTIFACT_PREFIX = "factors_"
 PAGE = 200  # programs read per query
@@ -32,10 +31,9 @@ async def collect(session: Any, job_id: str) -> dict[str, Any]:
         readable,
     )
     from codevolve.program_db import repository
+    from codevolve.services.cli.export.best import get_job
 
-    job = await repository.get_job(session, job_id)
-    if job is None:
-        raise UnknownJobError(f"no job {job_id!r} in this database; check the id and --db")
+    job = await get_job(session, job_id)
     best: dict[str, tuple[Decomposition, str]] = {}
     offset = 0
     while True:
