@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 from codevolve.services.api.logins import LoginStore
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clock import ManualClock
 
 
 def test_a_session_id_maps_to_its_token_until_it_expires_or_closes() -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     store = LoginStore(ttl_s=100.0, clock=clock)
     first, second = store.open("token-a"), store.open("token-a")
     assert first != second and len(first) >= 40 and "token-a" not in first
@@ -27,7 +20,7 @@ def test_a_session_id_maps_to_its_token_until_it_expires_or_closes() -> None:
 
 
 def test_the_store_keeps_at_most_its_capacity_dropping_the_oldest() -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     store = LoginStore(ttl_s=100.0, capacity=3, clock=clock)
     ids = [store.open(f"t{i}") for i in range(5)]
     assert [store.token_of(i) for i in ids] == [None, None, "t2", "t3", "t4"]

@@ -23,24 +23,17 @@ from codevolve.services.api.app import create_app
 from codevolve.services.api.read_cache import ReadCache
 from codevolve.services.settings import Settings
 from tests.api.conftest import ADMIN_TOKEN, admin
+from tests.clock import ManualClock
 
 TTL_S = 1.0
 CONFIG = RunConfig(problem="gemm-tiling", max_proposals=10)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass
 class Served:
     client: httpx.AsyncClient
     sessions: async_sessionmaker[AsyncSession]
-    clock: Clock
+    clock: ManualClock
     statements: list[str]
 
 
@@ -49,7 +42,7 @@ async def _served(url: str, cache_s: float) -> AsyncIterator[Served]:
     sessions = session_factory(engine)
     settings = Settings(db=url, admin_token=ADMIN_TOKEN, api_read_cache_s=cache_s)
     app = create_app(settings, sessions=sessions)
-    clock = Clock()
+    clock = ManualClock()
     app.state.codevolve.reads = ReadCache(ttl_s=cache_s, clock=clock)
     statements: list[str] = []
     _record(engine, statements)
@@ -187,7 +180,7 @@ async def test_a_cache_time_of_zero_reads_every_time(uncached: Served) -> None:
 
 
 async def test_a_read_in_flight_across_a_write_answers_its_callers_but_is_not_kept() -> None:
-    cache = ReadCache(ttl_s=TTL_S, clock=Clock())
+    cache = ReadCache(ttl_s=TTL_S, clock=ManualClock())
     release = asyncio.Event()
     reads: list[str] = []
 

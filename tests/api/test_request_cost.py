@@ -22,17 +22,10 @@ from codevolve.services.api.app import create_app
 from codevolve.services.api.token_cache import TokenCache
 from codevolve.services.settings import Settings
 from tests.api.conftest import ADMIN_TOKEN, admin
+from tests.clock import ManualClock
 
 TTL_S = 5.0
 CONFIG = RunConfig(problem="gemm-tiling", max_proposals=10)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass
@@ -41,7 +34,7 @@ class Served:
     sessions: async_sessionmaker[AsyncSession]
     engine: AsyncEngine
     app: FastAPI
-    clock: Clock
+    clock: ManualClock
 
 
 @pytest.fixture
@@ -50,7 +43,7 @@ async def served(migrated_postgres_url: str) -> AsyncIterator[Served]:
     sessions = session_factory(engine)
     settings = Settings(db=migrated_postgres_url, admin_token=ADMIN_TOKEN, public_dashboard=False)
     app = create_app(settings, sessions=sessions)
-    clock = Clock()
+    clock = ManualClock()
     app.state.codevolve.tokens = TokenCache(ttl_s=TTL_S, clock=clock)
     transport = httpx.ASGITransport(app=app)
     try:

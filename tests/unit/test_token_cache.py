@@ -8,16 +8,9 @@ from datetime import UTC, datetime
 
 from codevolve.program_db.tokens import ApiToken
 from codevolve.services.api.token_cache import TokenCache
+from tests.clock import ManualClock
 
 CREATED = datetime(2025, 1, 1, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _token(token_id: str, owner: str = "alice") -> ApiToken:
@@ -25,7 +18,7 @@ def _token(token_id: str, owner: str = "alice") -> ApiToken:
 
 
 def test_a_token_is_kept_for_its_time_and_then_asked_for_again() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     cache = TokenCache(ttl_s=5.0, clock=clock)
     cache.put("digest-a", _token("a"))
     clock.now += 4.9
@@ -36,7 +29,7 @@ def test_a_token_is_kept_for_its_time_and_then_asked_for_again() -> None:
 
 
 def test_the_oldest_token_goes_first_when_the_cache_is_full() -> None:
-    cache = TokenCache(max_tokens=2, clock=Clock())
+    cache = TokenCache(max_tokens=2, clock=ManualClock(100.0))
     for name in ("a", "b", "c"):
         cache.put(f"digest-{name}", _token(name))
     assert cache.get("digest-a") is None
@@ -45,7 +38,7 @@ def test_the_oldest_token_goes_first_when_the_cache_is_full() -> None:
 
 
 def test_a_token_revoked_here_is_dropped_and_not_kept_again_within_its_time() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     cache = TokenCache(ttl_s=5.0, clock=clock)
     cache.put("digest-a", _token("a"))
     cache.put("digest-b", _token("b"))
@@ -61,7 +54,7 @@ def test_a_token_revoked_here_is_dropped_and_not_kept_again_within_its_time() ->
 
 
 async def test_requests_that_miss_together_share_one_lookup_and_a_refusal_is_not_kept() -> None:
-    cache = TokenCache(clock=Clock())
+    cache = TokenCache(clock=ManualClock(100.0))
     asked: list[str] = []
     answer = asyncio.Event()
 
@@ -87,7 +80,7 @@ async def test_requests_that_miss_together_share_one_lookup_and_a_refusal_is_not
 
 
 async def test_when_the_shared_lookup_fails_each_waiter_asks_for_itself() -> None:
-    cache = TokenCache(clock=Clock())
+    cache = TokenCache(clock=ManualClock(100.0))
     calls = 0
     started = asyncio.Event()
 
