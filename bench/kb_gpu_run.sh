@@ -3,7 +3,8 @@
 #   bash bench/kb_gpu_run.sh STEP...   with STEP in setup tests templates set
 # Outputs land in $OUT (default ./gpu-out).
 # - setup: bench/gpu_device_run.sh's (the wheels of .whl/ into /tmp/site; see that script).
-# - tests: tests/gpu plus the KernelBench judge's tests, on the GPU.
+# - tests: tests/gpu plus the KernelBench judge's tests, on the GPU, under timeout
+#   $KB_TESTS_TIMEOUT seconds (default 300).
 # - templates: bench/kb_templates_gpu.py (every template and rewrite against eager).
 # - set: `codevolve kernelbench` over $KB_DIR (default .kb: a KernelBench checkout's files, level1/
 #   inside; not in the repository), problems $KB_PROBLEMS, $KB_PROPOSALS proposals each, eager
