@@ -7,7 +7,6 @@ values before they leave this module.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from collections.abc import Mapping, Sequence
@@ -37,7 +36,6 @@ from codevolve.core.program import (
     Evaluation,
     JobId,
     Program,
-    ProgramHeader,
     ProgramId,
     ProgramStatus,
 )
@@ -482,11 +480,6 @@ class Page:
     order: ProgramOrder = "score"
 
 
-_HEADER_COLUMNS = tuple(
-    getattr(ProgramRow, field.name) for field in dataclasses.fields(ProgramHeader)
-)
-
-
 async def list_programs(
     session: AsyncSession,
     job_id: JobId,
@@ -502,28 +495,6 @@ async def list_programs(
     page = Page(job_id, status=status, island=island, limit=limit, offset=offset, order=order)
     rows = await _page(session, select(ProgramRow), page)
     return [to_program(row) for (row,) in rows]
-
-
-async def list_program_headers(session: AsyncSession, page: Page) -> list[ProgramHeader]:
-    """The page of :func:`list_programs` as headers: the columns a listing shows, without the
-    source and the JSON results, whose decoding was most of a listing's CPU."""
-    rows = await _page(session, select(*_HEADER_COLUMNS), page)
-    return [
-        ProgramHeader(
-            id=row.id,
-            job_id=row.job_id,
-            status=ProgramStatus(row.status),
-            score=row.score,
-            island=row.island,
-            generation=row.generation,
-            proposal_index=row.proposal_index,
-            parent_id=row.parent_id,
-            proposer=row.proposer,
-            cell=None if row.cell is None else cell_from_text(row.cell),
-            created_at=as_utc(row.created_at),
-        )
-        for row in rows
-    ]
 
 
 async def _page(session: AsyncSession, query: Select[Any], page: Page) -> Sequence[Row[Any]]:

@@ -51,6 +51,7 @@ from codevolve.program_db.jobs import (
     update_job_best,
 )
 from codevolve.program_db.mirror import ArchiveMirror, Drawn
+from codevolve.program_db.program_page import owner_and_page
 from codevolve.program_db.programs import (
     ProgramOrder,
     apply_evaluation,
@@ -63,7 +64,6 @@ from codevolve.program_db.programs import (
     get_programs,
     insert_program,
     insert_programs,
-    list_program_headers,
     list_programs,
     mark_enqueued,
     mark_failed,
@@ -137,12 +137,12 @@ __all__ = [
     "jobs_by_state",
     "lineage",
     "list_jobs",
-    "list_program_headers",
     "list_programs",
     "list_tokens",
     "mark_enqueued",
     "mark_failed",
     "migrate",
+    "owner_and_page",
     "pending_programs",
     "program_counts",
     "programs_by_status",

@@ -17,6 +17,7 @@ from codevolve.core.program import Program, ProgramStatus
 from codevolve.problems.kernelbench.format import KernelProblemError
 from codevolve.program_db import repository
 from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
+from codevolve.program_db.programs import Page
 from codevolve.program_db.repository import JobFigures
 from codevolve.services.api.schemas import (
     Ancestor,
@@ -27,6 +28,7 @@ from codevolve.services.api.schemas import (
     KernelSummary,
     KernelTable,
     ProgramDetail,
+    ProgramPage,
     Programs,
     ProgramSummary,
     Usage,
@@ -51,6 +53,19 @@ async def visible_job(session: AsyncSession, job_id: str, *, owner: str | None) 
     if job is None or (owner is not None and job.owner != owner):
         raise not_found(f"job {job_id}")
     return job
+
+
+async def visible_program_page(
+    session: AsyncSession, page: Page, *, owner: str | None
+) -> ProgramPage:
+    """The page of the job's programs, if ``owner`` (None: anyone) may see the job (else the 404
+    of :func:`visible_job`), read with the job's owner in one statement."""
+    found = await repository.owner_and_page(session, page)
+    if found is None or (owner is not None and found[0] != owner):
+        raise not_found(f"job {page.job_id}")
+    return ProgramPage.model_construct(
+        programs=[ProgramSummary.trusted(p) for p in found[1]], limit=page.limit, offset=page.offset
+    )
 
 
 async def visible_job_detail(session: AsyncSession, job_id: str, *, owner: str | None) -> JobDetail:

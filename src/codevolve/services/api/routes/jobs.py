@@ -32,7 +32,12 @@ from codevolve.services.api.deps import (
     state_of,
 )
 from codevolve.services.api.fleet import FleetUnreachable
-from codevolve.services.api.queries import top_programs, visible_job, visible_job_detail
+from codevolve.services.api.queries import (
+    top_programs,
+    visible_job,
+    visible_job_detail,
+    visible_program_page,
+)
 from codevolve.services.api.schemas import (
     BundleJobCreate,
     BundleJobPublic,
@@ -268,11 +273,7 @@ async def list_job_programs(
 
     async def read() -> ProgramPage:
         async with read_sessions_of(request)() as session:
-            await visible_job(session, job_id, owner=owner)
-            programs = await repository.list_program_headers(session, page)
-        return ProgramPage(
-            programs=[ProgramSummary.of(p) for p in programs], limit=limit, offset=offset
-        )
+            return await visible_program_page(session, page, owner=owner)
 
     return await kept_answer(request, ("programs", owner, page), read)
 
