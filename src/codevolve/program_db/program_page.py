@@ -8,7 +8,7 @@ its page, so a job without programs still answers (one row of NULL programs) and
 job answers no row. The statements are built once per filter shape, with bound parameters.
 
 By score, the page is the scored programs (best first) then the unscored ones (by proposal
-index), as ``programs.list_program_headers`` orders it: each side is cut at ``offset + limit``
+index), as ``programs.list_programs`` orders it: each side is cut at ``offset + limit``
 rows on its own index before the two are merged, so a first page reads at most ``2 * limit``
 rows; a deep page reads up to ``offset + limit`` rows of each side.
 """
