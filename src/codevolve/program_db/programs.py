@@ -493,12 +493,12 @@ async def list_programs(
     """A page of a job's programs: by score (best first, unscored last), by proposal index, or
     newest first."""
     page = Page(job_id, status=status, island=island, limit=limit, offset=offset, order=order)
-    rows = await _page(session, select(ProgramRow), page)
+    rows = await _page(session, page)
     return [to_program(row) for (row,) in rows]
 
 
-async def _page(session: AsyncSession, query: Select[Any], page: Page) -> Sequence[Row[Any]]:
-    query = query.where(ProgramRow.job_id == page.job_id)
+async def _page(session: AsyncSession, page: Page) -> Sequence[Row[Any]]:
+    query = select(ProgramRow).where(ProgramRow.job_id == page.job_id)
     if page.status is not None:
         query = query.where(ProgramRow.status == page.status.value)
     if page.island is not None:

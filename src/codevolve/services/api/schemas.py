@@ -241,7 +241,7 @@ class ProgramSummary(BaseModel):
     created_at: datetime | None
 
     @classmethod
-    def of(cls, program: Program | ProgramHeader) -> ProgramSummary:
+    def of(cls, program: Program) -> ProgramSummary:
         return cls(**_summary_fields(program))
 
     @classmethod
