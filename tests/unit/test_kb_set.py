@@ -3,12 +3,15 @@ whole folder's figures when ``--problems`` leaves files out."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from rich.console import Console
+
 from codevolve.core.config import RunConfig
-from codevolve.services.cli.kernelbench import _report, _same_job
+from codevolve.services.cli.kernelbench import _report, _same_job, print_table
 from codevolve.services.read_models.kernelbench import KernelRow
 
 
@@ -56,3 +59,17 @@ def test_files_left_out_by_problems_count_as_not_solved_in_the_whole_folder_figu
     assert whole["problems"] == 10
     assert whole["fast_p_eager"] == {"0.0": 3 / 10, "1.0": 2 / 10, "1.5": 1 / 10, "2.0": 1 / 10}
     assert "whole_folder" not in _report(rows, [], Path("level1"), not_run=0)
+
+
+def test_the_table_ends_with_fast_p_for_the_set_and_for_the_whole_folder() -> None:
+    rows = [_row("1_a", 2.5), _row("2_b", None)]
+    report = _report(rows, [], Path("level1"), not_run=2)
+    out = io.StringIO()
+    print_table(Console(file=out, width=200), rows, report)
+    text = out.getvalue()
+    assert "against eager: fast_0 0.50, fast_1 0.50, fast_1.5 0.50, fast_2 0.50" in text
+    assert "against compile: fast_0 -, fast_1 -" in text
+    assert (
+        "over all 4 files of the folder (2 not run, counted as not solved), against eager: "
+        "fast_0 0.25, fast_1 0.25, fast_1.5 0.25, fast_2 0.25"
+    ) in text
