@@ -1,35 +1,73 @@
-"""A page of a job's programs read with the job's owner, in one statement.
+"""Pages of a job's programs, in one statement each.
 
-The API's programs page must check that the caller may see the job, then read the page: two
-round trips, three when the page holds unscored programs (``programs._by_score``). Under a
-burst each round trip holds one of the pool's connections and waits on a Postgres that shares
-the cores, so here the owner and the page's rows come back together: the job left-joined to
-its page, so a job without programs still answers (one row of NULL programs) and an unknown
-job answers no row. The statements are built once per filter shape, with bound parameters.
+A page is by score (the scored programs best first, then the unscored ones by proposal index),
+by proposal index, or newest first, filtered by status and island. By score, each side is cut at
+``offset + limit`` rows on its own index before the two are merged: ``ORDER BY score DESC NULLS
+LAST`` cannot walk the (job_id, score) index on Postgres, and SQLite indexes have no NULLS LAST,
+so a page would sort the whole job. A first page reads at most ``2 * limit`` rows; a deep page up
+to ``offset + limit`` rows of each side.
 
-By score, the page is the scored programs (best first) then the unscored ones (by proposal
-index), as ``programs.list_programs`` orders it: each side is cut at ``offset + limit``
-rows on its own index before the two are merged, so a first page reads at most ``2 * limit``
-rows; a deep page reads up to ``offset + limit`` rows of each side.
+:func:`list_programs` reads whole programs. :func:`owner_and_page` is the API's programs page:
+it must check that the caller may see the job, then read the page, and under a burst each round
+trip holds one of the pool's connections and waits on a Postgres that shares the cores; so the
+job's owner and the page's headers come back together, the job left-joined to its page (a job
+without programs still answers, one row of NULL programs; an unknown job answers no row).
+
+The statements are built once per shape (columns, order, filters), with bound parameters.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from sqlalchemy import Integer, Select, bindparam, literal_column, select, true, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from codevolve.core.program import ProgramHeader, ProgramStatus
+from codevolve.core.program import JobId, Program, ProgramHeader, ProgramStatus
 from codevolve.program_db.archive import cell_from_text
 from codevolve.program_db.models import JobRow, ProgramRow
-from codevolve.program_db.programs import Page
+from codevolve.program_db.programs import to_program
 from codevolve.program_db.sql import as_utc
 
+ProgramOrder = Literal["score", "index", "newest"]
+
 _HEADER_FIELDS = tuple(field.name for field in dataclasses.fields(ProgramHeader))
+_ALL_FIELDS = tuple(column.key for column in ProgramRow.__table__.columns)
 _RANK = "scored_last"  # 0 for a scored program, 1 for an unscored one
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Which of a job's programs a listing shows, in which order."""
+
+    job_id: JobId
+    status: ProgramStatus | None = None
+    island: int | None = None
+    limit: int = 50
+    offset: int = 0
+    order: ProgramOrder = "score"
+
+
+async def list_programs(
+    session: AsyncSession,
+    job_id: JobId,
+    *,
+    status: ProgramStatus | None = None,
+    island: int | None = None,
+    limit: int = 50,
+    offset: int = 0,
+    order: ProgramOrder = "score",
+) -> list[Program]:
+    """A page of a job's programs, whole: by score (best first, unscored last), by proposal
+    index, or newest first."""
+    page = Page(job_id, status=status, island=island, limit=limit, offset=offset, order=order)
+    paged = _paged(_ALL_FIELDS, page.order, page.status is not None, page.island is not None)
+    statement = select(paged).order_by(*_ordered(paged.c, page.order))
+    rows = await session.execute(statement, _parameters(page))
+    return [to_program(row) for row in rows]
 
 
 async def owner_and_page(
@@ -37,6 +75,13 @@ async def owner_and_page(
 ) -> tuple[str, list[ProgramHeader]] | None:
     """The job's owner and the page of its programs; None when there is no such job."""
     statement = _statement(page.order, page.status is not None, page.island is not None)
+    rows = (await session.execute(statement, _parameters(page))).all()
+    if not rows:
+        return None
+    return rows[0].owner, [_header(row) for row in rows if row.id is not None]
+
+
+def _parameters(page: Page) -> dict[str, Any]:
     limit, offset = max(page.limit, 0), max(page.offset, 0)
     parameters: dict[str, Any] = {
         "job_id": page.job_id,
@@ -48,10 +93,7 @@ async def owner_and_page(
         parameters["status"] = page.status.value
     if page.island is not None:
         parameters["island"] = page.island
-    rows = (await session.execute(statement, parameters)).all()
-    if not rows:
-        return None
-    return rows[0].owner, [_header(row) for row in rows if row.id is not None]
+    return parameters
 
 
 def _header(row: Any) -> ProgramHeader:
@@ -70,9 +112,11 @@ def _header(row: Any) -> ProgramHeader:
     )
 
 
-def _filtered(rank: int, *, by_status: bool, by_island: bool) -> Select[Any]:
+def _filtered(
+    fields: tuple[str, ...], rank: int, *, by_status: bool, by_island: bool
+) -> Select[Any]:
     query = select(
-        *(getattr(ProgramRow, name) for name in _HEADER_FIELDS),
+        *(getattr(ProgramRow, name) for name in fields),
         literal_column(str(rank)).label(_RANK),
     ).where(ProgramRow.job_id == bindparam("job_id"))
     if by_status:
@@ -95,13 +139,13 @@ def _ordered(columns: Any, order: str) -> list[Any]:
 
 
 @functools.cache
-def _statement(order: str, by_status: bool, by_island: bool) -> Select[Any]:
-    """The job's owner joined to the page; built once for each order and filter shape."""
+def _paged(fields: tuple[str, ...], order: str, by_status: bool, by_island: bool) -> Any:
+    """The page's rows (``fields`` of each), as a subquery; built once for each shape."""
     shape = {"by_status": by_status, "by_island": by_island}
     if order == "score":
         ends = bindparam("ends", type_=Integer)
-        scored = _filtered(0, **shape).where(ProgramRow.score.is_not(None))
-        unscored = _filtered(1, **shape).where(ProgramRow.score.is_(None))
+        scored = _filtered(fields, 0, **shape).where(ProgramRow.score.is_not(None))
+        unscored = _filtered(fields, 1, **shape).where(ProgramRow.score.is_(None))
         rows = union_all(
             select(
                 scored.order_by(ProgramRow.score.desc(), ProgramRow.proposal_index)
@@ -113,14 +157,20 @@ def _statement(order: str, by_status: bool, by_island: bool) -> Select[Any]:
             ),
         ).subquery()
     else:
-        rows = _filtered(0, **shape).subquery()
-    paged = (
+        rows = _filtered(fields, 0, **shape).subquery()
+    return (
         select(rows)
         .order_by(*_ordered(rows.c, order))
         .limit(bindparam("limit", type_=Integer))
         .offset(bindparam("offset", type_=Integer))
         .subquery()
     )
+
+
+@functools.cache
+def _statement(order: str, by_status: bool, by_island: bool) -> Select[Any]:
+    """The job's owner joined to the page's headers; built once for each order and filters."""
+    paged = _paged(_HEADER_FIELDS, order, by_status, by_island)
     return (
         select(JobRow.owner, *(paged.c[name] for name in _HEADER_FIELDS))
         .select_from(JobRow)

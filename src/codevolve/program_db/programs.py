@@ -10,9 +10,8 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from sqlalchemy import (
     CursorResult,
@@ -52,7 +51,6 @@ from codevolve.program_db.sql import (
     table_of,
 )
 
-ProgramOrder = Literal["score", "index", "newest"]
 _FRESH = {"populate_existing": True}  # a row read twice in one session shows the database's values
 _NO_SYNC = {"synchronize_session": False}  # updates go to the database; reads re-read it
 
@@ -466,89 +464,6 @@ async def confirmed_best(session: AsyncSession, job_id: JobId) -> Program | None
         .limit(1),
     )
     return programs[0] if programs else None
-
-
-@dataclass(frozen=True, slots=True)
-class Page:
-    """Which of a job's programs a listing shows, in which order."""
-
-    job_id: JobId
-    status: ProgramStatus | None = None
-    island: int | None = None
-    limit: int = 50
-    offset: int = 0
-    order: ProgramOrder = "score"
-
-
-async def list_programs(
-    session: AsyncSession,
-    job_id: JobId,
-    *,
-    status: ProgramStatus | None = None,
-    island: int | None = None,
-    limit: int = 50,
-    offset: int = 0,
-    order: ProgramOrder = "score",
-) -> list[Program]:
-    """A page of a job's programs: by score (best first, unscored last), by proposal index, or
-    newest first."""
-    page = Page(job_id, status=status, island=island, limit=limit, offset=offset, order=order)
-    rows = await _page(session, page)
-    return [to_program(row) for (row,) in rows]
-
-
-async def _page(session: AsyncSession, page: Page) -> Sequence[Row[Any]]:
-    query = select(ProgramRow).where(ProgramRow.job_id == page.job_id)
-    if page.status is not None:
-        query = query.where(ProgramRow.status == page.status.value)
-    if page.island is not None:
-        query = query.where(ProgramRow.island == page.island)
-    limit, offset = max(page.limit, 0), max(page.offset, 0)
-    if page.order == "score":
-        return await _by_score(session, query, limit=limit, offset=offset)
-    if page.order == "index":
-        query = query.order_by(ProgramRow.proposal_index, ProgramRow.id)
-    else:
-        query = query.order_by(ProgramRow.created_at.desc(), ProgramRow.proposal_index.desc())
-    return await _rows(session, query.limit(limit).offset(offset))
-
-
-async def _by_score(
-    session: AsyncSession, query: Select[Any], *, limit: int, offset: int
-) -> Sequence[Row[Any]]:
-    """Scored programs best first, then unscored ones by proposal index.
-
-    Two queries rather than ``ORDER BY score DESC NULLS LAST``: that order cannot walk the
-    (job_id, score) index on Postgres, and SQLite indexes have no NULLS LAST, so a page would sort
-    the whole job. The unscored query only runs for pages past the scored rows; a count of the
-    scored rows only for such a page, past the first, that holds none of them.
-    """
-    scored = query.where(ProgramRow.score.is_not(None))
-    page = await _rows(
-        session,
-        scored.order_by(ProgramRow.score.desc(), ProgramRow.proposal_index)
-        .limit(limit)
-        .offset(offset),
-    )
-    if len(page) == limit:
-        return page
-    if page or offset == 0:  # a first page without scored rows: the job has none
-        scored_total = offset + len(page)
-    else:
-        scored_total = int(
-            await session.scalar(select(func.count()).select_from(scored.subquery())) or 0
-        )
-    unscored = query.where(ProgramRow.score.is_(None)).order_by(
-        ProgramRow.proposal_index, ProgramRow.id
-    )
-    rest = unscored.limit(limit - len(page)).offset(max(offset - scored_total, 0))
-    return [*page, *await _rows(session, rest)]
-
-
-async def _rows(session: AsyncSession, query: Select[Any]) -> Sequence[Row[Any]]:
-    result = await session.execute(query.execution_options(**_FRESH))
-    rows: Sequence[Row[Any]] = result.all()
-    return rows
 
 
 async def score_history(session: AsyncSession, job_id: JobId) -> list[tuple[int, float]]:

@@ -51,9 +51,8 @@ from codevolve.program_db.jobs import (
     update_job_best,
 )
 from codevolve.program_db.mirror import ArchiveMirror, Drawn
-from codevolve.program_db.program_page import owner_and_page
+from codevolve.program_db.program_page import ProgramOrder, list_programs, owner_and_page
 from codevolve.program_db.programs import (
-    ProgramOrder,
     apply_evaluation,
     apply_evaluations,
     best_program,
@@ -64,7 +63,6 @@ from codevolve.program_db.programs import (
     get_programs,
     insert_program,
     insert_programs,
-    list_programs,
     mark_enqueued,
     mark_failed,
     pending_programs,

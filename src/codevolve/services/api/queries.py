@@ -17,7 +17,7 @@ from codevolve.core.program import Program, ProgramStatus
 from codevolve.problems.kernelbench.format import KernelProblemError
 from codevolve.program_db import repository
 from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
-from codevolve.program_db.programs import Page
+from codevolve.program_db.program_page import Page
 from codevolve.program_db.repository import JobFigures
 from codevolve.services.api.schemas import (
     Ancestor,

@@ -21,7 +21,7 @@ from codevolve.core.program import ProgramStatus
 from codevolve.problems.openevolve.bundle import BundleError
 from codevolve.program_db import repository
 from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
-from codevolve.program_db.programs import Page, ProgramOrder
+from codevolve.program_db.program_page import Page, ProgramOrder
 from codevolve.services.api.auth import Principal, PrincipalDep, UploaderDep
 from codevolve.services.api.bundle_check import BundleRejected, load_bundle
 from codevolve.services.api.deps import (
