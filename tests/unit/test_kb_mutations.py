@@ -203,6 +203,9 @@ CASES: dict[str, tuple[str, tuple[Any, ...], Callable[[], list[Any]]]] = {
         lambda: [rand(90, 70), rand(50, 90)],
     ),
     "bmm": (program("bmm", "A, B", "return torch.bmm(A, B)"), (), lambda: [rand(3, 70, 90), rand(3, 90, 50)]),
+    # few tiles over a long K: the K loop is split and added atomically
+    "matmul_large_k": (program("matmul_large_k", "A, B", "return torch.matmul(A, B)"), (), lambda: [rand(20, 3000), rand(3000, 18)]),
+    "matvec": (program("matvec", "A, B", "return torch.matmul(A, B)"), (), lambda: [rand(40, 600), rand(600, 1)]),
     "triu_matmul": (
         program("triu_matmul", "A, B", "return torch.triu(torch.matmul(A, B))"),
         (),
@@ -575,6 +578,19 @@ def test_template_computes_what_the_parent_computes(
     name: str, interpreted: dict[str, dict[str, Any]]
 ) -> None:
     check_run(interpreted[name])
+
+
+@pytest.mark.slow
+def test_matmul_splits_a_long_k_and_narrows_tiles_to_the_matrix(
+    interpreted: dict[str, dict[str, Any]],
+) -> None:
+    (long_k,) = interpreted["matmul_large_k"]["launches"]
+    assert long_k["constexprs"]["SPLIT"] > 1
+    assert long_k["constexprs"]["BLOCK_M"] == 32 and long_k["constexprs"]["BLOCK_N"] == 32
+    (square,) = interpreted["matmul"]["launches"]
+    assert square["constexprs"]["SPLIT"] == 1  # K of 90: too short to split
+    (matvec,) = interpreted["matvec"]["launches"]
+    assert matvec["constexprs"]["BLOCK_N"] == 16
 
 
 @pytest.mark.slow

@@ -11,6 +11,14 @@ fp32 inputs must not be rounded to tf32 (10 mantissa bits miss the judge's 1e-4 
 tf32 high part and a tf32 remainder, and the three products that matter summed in fp32 (about
 fp32's accuracy; the judge decides). ``FP32_TF32X3 = 0`` multiplies in ``ieee`` precision with
 FMAs. Other dtypes use the tensor cores as they are.
+
+A tile side never exceeds the next power of two of its matrix side (at least 16, ``tl.dot``'s
+least), so a product with one narrow side (a matrix times a vector, a tall skinny matrix) does not
+compute a 128-wide tile for one column. When the tiles are too few to fill the GPU (a large K over
+a small output), the K loop is split across ``SPLIT_K`` programs per tile, each adding its partial
+sum into an fp32 output with ``tl.atomic_add`` (the order of those additions varies from run to
+run; the judge's tolerance decides). ``SPLIT_K = 0`` picks the split from the shape: enough
+programs for about two per SM, each with at least eight K blocks.
 """
 
 from __future__ import annotations
@@ -33,8 +41,9 @@ _MATMUL_KERNEL = """
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn,
                   s_cb, s_cm, s_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TRIANGLE: tl.constexpr,
-                  SKIP_ZERO_K: tl.constexpr, PRECISION: tl.constexpr):
-    # tiles in groups of GROUP_M rows for L2 reuse; program axis 1 is the batch
+                  SKIP_ZERO_K: tl.constexpr, PRECISION: tl.constexpr, SPLIT: tl.constexpr):
+    # tiles in groups of GROUP_M rows for L2 reuse; program axis 1 is the batch, axis 2 the
+    # part of the K loop (SPLIT parts, added into c atomically)
     pid = tl.program_id(0)
     batch = tl.program_id(1).to(tl.int64)
     grid_m = tl.cdiv(M, BLOCK_M)
@@ -62,8 +71,13 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_
         k_hi = tl.where(live, k_hi, k_lo)
     a_base = a_ptr + batch * s_ab + rm[:, None] * s_am
     b_base = b_ptr + batch * s_bb + rn[None, :] * s_bn
+    k_lo = (k_lo // BLOCK_K) * BLOCK_K
+    if SPLIT > 1:  # this program's share of the K blocks
+        share = tl.cdiv(tl.cdiv(k_hi - k_lo, BLOCK_K), SPLIT) * BLOCK_K
+        k_lo = k_lo + tl.program_id(2) * share
+        k_hi = tl.minimum(k_hi, k_lo + share)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k in range((k_lo // BLOCK_K) * BLOCK_K, k_hi, BLOCK_K):
+    for k in range(k_lo, k_hi, BLOCK_K):
         rk = k + tl.arange(0, BLOCK_K)
         a = tl.load(a_base + rk[None, :] * s_ak, mask=(rm[:, None] < M) & (rk[None, :] < K),
                     other=0.0)
@@ -75,7 +89,10 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_
     if TRIANGLE == 2:
         acc = tl.where(rn[None, :] <= rm[:, None], acc, 0.0)
     c = c_ptr + batch * s_cb + rm[:, None] * s_cm + rn[None, :] * s_cn
-    tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    if SPLIT > 1:
+        tl.atomic_add(c, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    else:
+        tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 """
 
 
@@ -97,19 +114,33 @@ def matmul_template(p: Matmul, forward: Forward) -> Template:
         "b3 = b if b.ndim == 3 else b.unsqueeze(0)",
         "batch, M, K = a3.shape",
         "N = b3.shape[2]",
-        "c3 = torch.empty((batch, M, N), dtype=a.dtype, device=a.device)",
-        "grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), batch)",
+        "# no tile wider than its matrix side (tl.dot takes 16 at least)",
+        "bm = min(BLOCK_M, max(16, triton.next_power_of_2(M)))",
+        "bn = min(BLOCK_N, max(16, triton.next_power_of_2(N)))",
+        "bk = min(BLOCK_K, max(16, triton.next_power_of_2(K)))",
+        "tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)",
+        "split = SPLIT_K",
+        "if split == 0:  # from the shape: about two programs per SM, at least 8 K blocks each",
+        "    sms = torch.cuda.get_device_properties(a.device).multi_processor_count if a.is_cuda else 4",
+        "    split = max(1, min(64, 2 * sms // (tiles * batch), K // (8 * bk)))",
+        "split = max(1, min(split, triton.cdiv(K, bk)))",
+        "if split > 1:  # parts of the K loop added atomically into an fp32 output",
+        "    c3 = torch.zeros((batch, M, N), dtype=torch.float32, device=a.device)",
+        "else:",
+        "    c3 = torch.empty((batch, M, N), dtype=a.dtype, device=a.device)",
+        "grid = (tiles, batch, split)",
         "matmul_kernel[grid](",
         "    a3, b3, c3, M, N, K, a3.stride(0), a3.stride(1), a3.stride(2),",
         "    b3.stride(0) if b.ndim == 3 else 0, b3.stride(1), b3.stride(2),",
         "    c3.stride(0), c3.stride(1), c3.stride(2),",
-        "    BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,",
-        f"    TRIANGLE={triangle}, SKIP_ZERO_K=bool(SKIP_ZERO_K),",
+        "    BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M,",
+        f"    TRIANGLE={triangle}, SKIP_ZERO_K=bool(SKIP_ZERO_K), SPLIT=split,",
         "    # fp32 must not round its inputs to tf32: 3xTF32 or ieee (the module's docstring)",
         '    PRECISION=("tf32x3" if FP32_TF32X3 else "ieee")',
         '    if a.dtype == torch.float32 else "tf32",',
         "    num_warps=NUM_WARPS, num_stages=NUM_STAGES,",
         ")",
+        "c3 = c3.to(a.dtype)",
         "if b.ndim == 3:",
         "    return c3",
         "return c3.reshape(*lead, N)",
@@ -122,6 +153,7 @@ def matmul_template(p: Matmul, forward: Forward) -> Template:
         tunable("NUM_WARPS", 8, WARPS),
         tunable("NUM_STAGES", 3, STAGES),
         tunable("FP32_TF32X3", 1, (0, 1)),
+        tunable("SPLIT_K", 0, (0, 1, 2, 4, 8, 16, 32, 64)),
     ]
     if triangle:
         # the problem's inputs are triangular (its get_inputs makes them so): the K loop may skip
