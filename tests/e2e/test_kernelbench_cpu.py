@@ -91,3 +91,14 @@ def test_a_set_reports_fast_p_and_a_second_run_reuses_its_jobs(tmp_path: Path) -
     assert again.returncode == 0, again.stderr
     assert again.stderr.count("done before") == 2
     assert json.loads(report.read_text())["rows"] == figures["rows"]
+
+    # --report-only runs nothing: a problem without a job is "not run" and counts as unsolved
+    (level / "30_Softsign.py").write_text(SWISH.replace("x * torch.sigmoid(x)", "x / (1 + x.abs())"))
+    only = codevolve(*command, "--report-only", timeout=300)
+    assert only.returncode == 0, only.stderr
+    assert "30_Softsign: not run" in only.stderr and "done before" not in only.stderr
+    table = json.loads(report.read_text())
+    assert table["rows"] == figures["rows"]
+    assert table["whole_folder"]["problems"] == 4
+    assert table["whole_folder"]["fast_p_eager"]["0.0"] == 2 / 4
+    assert "1 not run" in only.stdout

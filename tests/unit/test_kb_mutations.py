@@ -195,6 +195,13 @@ CASES: dict[str, tuple[str, tuple[Any, ...], Callable[[], list[Any]]]] = {
         (1,),
         lambda: [rand(5, 5000), torch.randint(0, 2, (5, 5000)).bool()],
     ),
+    # factors near 1, so the running product over three blocks of the row stays away from zero
+    "cumprod": (program("cumprod", "x", "return torch.cumprod(x, dim=self.dim)", *DIM), (1,), lambda: [rand(5, 5000) * 0.2 + 0.9]),
+    "cumprod_reverse": (
+        program("cumprod_reverse", "x", "return torch.cumprod(x.flip(self.dim), dim=self.dim).flip(self.dim)", *DIM),
+        (1,),
+        lambda: [rand(5, 5000) * 0.2 + 0.9],
+    ),
     "diag_matmul": (program("diag_matmul", "A, B", "return torch.diag(A) @ B"), (), lambda: [rand(70), rand(70, 50)]),
     "matmul": (program("matmul", "A, B", "return torch.matmul(A, B)"), (), lambda: [rand(70, 90), rand(90, 50)]),
     "matmul_transposed": (

@@ -7,8 +7,8 @@ how, and what it does not recognise; the KernelBench Level-1 problems each cover
 
 - :class:`~codevolve.problems.kernelbench.matmul.Matmul`: a product of two 2-D or 3-D tensors,
   possibly transposed, possibly under ``torch.triu``/``torch.tril`` (1-4, 6-10, 13-18).
-- :class:`~codevolve.problems.kernelbench.scans.Scan`: a cumulative sum along a dimension,
-  reversed, exclusive or masked (89, 91, 92, 93).
+- :class:`~codevolve.problems.kernelbench.scans.Scan`: a cumulative sum or product along a
+  dimension, reversed, exclusive or masked (89-93).
 - :class:`~codevolve.problems.kernelbench.rows.Rowwise`: softmax and log-softmax (23, 24), a
   reduction (47-49, 53), a normalisation ``x / G`` along one dimension (36 RMSNorm, 38 L1,
   39 L2); and :class:`~codevolve.problems.kernelbench.rows.TwoPass`: a LayerNorm module (40),
@@ -28,7 +28,7 @@ the template would pass a tensor as a float. The pure-torch
 rewrites of sub-expressions are in :mod:`codevolve.problems.kernelbench.rewrites`.
 
 Not recognised by any pattern: convolutions (50-87), pooling (41-46), attention (97), batch,
-instance and group norms (33-35), argmax/argmin (51, 52), cumprod (90), cosine-similarity loss,
+instance and group norms (33-35), argmax/argmin (51, 52), cosine-similarity loss,
 4-D einsum products (11), and any forward that calls a helper function or an ``nn`` module other
 than LayerNorm, CrossEntropyLoss and TripletMarginLoss.
 """

@@ -1,13 +1,14 @@
-"""The scan pattern: a cumulative sum along a dimension, reversed, exclusive or masked.
+"""The scan pattern: a cumulative sum or product along a dimension, reversed, exclusive or masked.
 
 ``torch.cumsum(x, dim)`` of one tensor (KernelBench Level-1 problem 89), reversed by flipping
 before and after along the same dim (91), exclusive by the ``torch.cat((zeros, x), dim).narrow(
-dim, 0, n)`` shift (92), masked by ``x * mask`` for a second tensor ``mask`` (93).
+dim, 0, n)`` shift (92), masked by ``x * mask`` for a second tensor ``mask`` (93);
+``torch.cumprod(x, dim)`` (90), reversed or masked the same way but never exclusive.
 :func:`cumsum_args` reads the call and :func:`exclusive_shift` the shift; the pure-torch
 rewrites use both too.
 
-Not recognised: cumprod (90), a cumsum with ``dtype=``, a flip along another dim, a map of x
-other than a mask product.
+Not recognised: a scan with ``dtype=``, an exclusive cumprod, a flip along another dim, a map
+of x other than a mask product.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Scan:
     reverse: bool = False
     exclusive: bool = False
     mask: str = ""  # a forward parameter multiplied in, or ""
+    product: bool = False  # cumprod rather than cumsum
 
 
 def match_scan(expr: ast.expr, tensors: Sequence[str], modules: dict[str, str]) -> Scan | None:
@@ -35,7 +37,10 @@ def match_scan(expr: ast.expr, tensors: Sequence[str], modules: dict[str, str]) 
     if call is not None and call.name == "flip" and len(call.args) == 2:
         reverse, flip_dim = True, ast.unparse(call.args[1])
         expr = call.args[0]
+    product = False
     cumsum = cumsum_args(expr)
+    if cumsum is None:
+        cumsum, product = cumsum_args(expr, "cumprod"), True
     if cumsum is None:
         return None
     inner, dim = cumsum
@@ -47,7 +52,7 @@ def match_scan(expr: ast.expr, tensors: Sequence[str], modules: dict[str, str]) 
         if {ast.unparse(flipped.args[1]), flip_dim} != {dim_source}:
             return None
         inner = flipped.args[0]
-    exclusive = exclusive_shift(inner, dim_source)
+    exclusive = None if product else exclusive_shift(inner, dim_source)
     if exclusive is not None:
         inner = exclusive
     mask = ""
@@ -57,13 +62,14 @@ def match_scan(expr: ast.expr, tensors: Sequence[str], modules: dict[str, str]) 
             inner, mask = left, right.id
     if not (isinstance(inner, ast.Name) and inner.id in tensors):
         return None
-    return Scan(inner.id, dim_source, reverse, exclusive is not None, mask)
+    return Scan(inner.id, dim_source, reverse, exclusive is not None, mask, product)
 
 
-def cumsum_args(expr: ast.expr) -> tuple[ast.expr, ast.expr] | None:
-    """The input and dim of ``torch.cumsum(input, dim)`` (no ``dtype=``), or None."""
+def cumsum_args(expr: ast.expr, name: str = "cumsum") -> tuple[ast.expr, ast.expr] | None:
+    """The input and dim of ``torch.cumsum(input, dim)`` (or of the ``name`` scan, such as
+    ``cumprod``; no ``dtype=``), or None."""
     call = canonical_call(expr)
-    if call is None or call.name != "cumsum":
+    if call is None or call.name != name:
         return None
     bound = bind(call, ("input", "dim"), {"dtype": None})
     inner, dim = bound.get("input"), bound.get("dim")

@@ -187,21 +187,27 @@ def _scan(p: Scan, forward: Forward) -> Template:
         if p.mask
         else ""
     )
-    result = "carry + c - v" if p.exclusive else "carry + c"
+    if p.product:  # padding of 1.0: the block's last running product is the whole block's
+        start, pad, scan, result = "1.0", "1.0", "tl.cumprod(v, axis=0)", "carry * c"
+        step = "carry *= tl.sum(tl.where(tl.arange(0, BLOCK) == BLOCK - 1, c, 0.0), axis=0)"
+    else:
+        start, pad, scan = "0.0", "0.0", "tl.cumsum(v, axis=0)"
+        result = "carry + c - v" if p.exclusive else "carry + c"
+        step = "carry += tl.sum(v, axis=0)"
     kernel = f"""
 @triton.jit
 def scan_kernel(x_ptr, {"m_ptr, " if p.mask else ""}out_ptr, R, BLOCK: tl.constexpr):
     # one program per row; blocks of the row in order, the running total carried between them
     base = tl.program_id(0).to(tl.int64) * R
-    carry = tl.sum(tl.zeros([BLOCK], dtype=tl.float32), axis=0)
+    carry = tl.sum(tl.zeros([BLOCK], dtype=tl.float32), axis=0) + {start}
     for start in range(0, R, BLOCK):
         k = start + tl.arange(0, BLOCK)
         mask = k < R
         idx = {index}
-        v = tl.load(x_ptr + base + idx, mask=mask, other=0.0).to(tl.float32)
-{mask_load}        c = tl.cumsum(v, axis=0)
+        v = tl.load(x_ptr + base + idx, mask=mask, other={pad}).to(tl.float32)
+{mask_load}        c = {scan}
         tl.store(out_ptr + base + idx, ({result}).to(out_ptr.dtype.element_ty), mask=mask)
-        carry += tl.sum(v, axis=0)
+        {step}
 """
     x = p.tensor
     guard = f"not {x}.is_floating_point() or {x}.ndim == 0 or {x}.numel() == 0"
@@ -221,6 +227,7 @@ def scan_kernel(x_ptr, {"m_ptr, " if p.mask else ""}out_ptr, R, BLOCK: tl.conste
         "return out",
     ]
     tunables = [tunable("BLOCK", 2048, between(256, 16384)), tunable("NUM_WARPS", 8, WARPS)]
-    what = ("reverse " if p.reverse else "") + ("exclusive " if p.exclusive else "") + "cumsum"
+    what = ("reverse " if p.reverse else "") + ("exclusive " if p.exclusive else "")
+    what += "cumprod" if p.product else "cumsum"
     module = module_text("scan", what + (" of x * mask" if p.mask else ""), tunables, kernel)
     return Template("scan", module, indent(body, 8))

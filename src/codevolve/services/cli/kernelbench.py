@@ -6,7 +6,9 @@ problems by KernelBench's number. Each problem is one job in the database, run i
 same command run again continues where it stopped: a finished problem's job is reused, an
 interrupted one resumed, so a set too large for one sitting is carried over several. The end is a
 table per problem and fast_p for p in 0, 1, 1.5, 2 against eager and ``torch.compile``
-(read_models/kernelbench.py), also written as JSON with ``--report``.
+(read_models/kernelbench.py), also written as JSON with ``--report``. ``--report-only`` prints
+that table from what the database holds and runs nothing: a problem without a job counts as not
+run (not solved), one still running or interrupted shows its best so far.
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ def register(sub: Any) -> None:
     bench.add_argument("--workers", type=at_least(1), default=2, help="evaluation workers (2)")
     bench.add_argument("--gpus", default=None, help="all, ids, or cpu (default: one GPU)")
     bench.add_argument("--report", type=Path, help="write the per-problem table as JSON here")
+    bench.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: the table of what the database holds for these problems",
+    )
     add_judge_arguments(bench)
     cli_llm.add_run_arguments(bench)
     db_option(bench)
@@ -132,7 +139,11 @@ def _cmd_kernelbench(args: argparse.Namespace) -> int:
         f"{len(configs)} problems from {folder}, {args.proposals} proposals each"
         + (f"; {len(refused)} skipped" if refused else "")
     )
-    jobs, interrupted = asyncio.run(_run_all(args, configs, console))
+    if args.report_only:
+        jobs, interrupted = asyncio.run(_stored_for(args.db, configs, console)), None
+        not_run += len(configs) - len(jobs)
+    else:
+        jobs, interrupted = asyncio.run(_run_all(args, configs, console))
     rows = asyncio.run(_rows(args.db, jobs))
     report = _report(rows, refused, folder, not_run)
     if args.report:
@@ -147,6 +158,21 @@ def _cmd_kernelbench(args: argparse.Namespace) -> int:
         return SIGNAL_EXIT.get(interrupted, 130)
     failed = [job for job in jobs if job.state is JobState.FAILED]
     return EXIT_FAILED if failed else 0
+
+
+async def _stored_for(
+    db: str, configs: list[tuple[str, RunConfig]], console: Console
+) -> list[Job]:
+    """The jobs ``db`` holds for ``configs`` (problem, seed and budget alike), in their order."""
+    stored = await _stored_jobs(db)
+    jobs = []
+    for name, config in configs:
+        job = _same_job(stored, config)
+        if job is None:
+            console.print(f"{name}: not run", highlight=False)
+        else:
+            jobs.append(job)
+    return jobs
 
 
 async def _run_all(
