@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # KernelBench-format problems on a GPU machine: the figures of docs/results-kernelbench.md.
-#   bash bench/kb_gpu_run.sh STEP...   with STEP in setup tests templates set
+#   bash bench/kb_gpu_run.sh STEP...   with STEP in setup tests templates set groups
 # Outputs land in $OUT (default ./gpu-out).
 # - setup: bench/gpu_device_run.sh's (the wheels of .whl/ into /tmp/site; see that script).
 # - tests: tests/gpu plus the KernelBench judge's tests, on the GPU, under timeout
@@ -10,6 +10,9 @@
 #   inside; not in the repository), problems $KB_PROBLEMS, $KB_PROPOSALS proposals each, eager
 #   baseline, into the database $KB_DB (default $OUT/kb.sqlite; name a carried copy to continue a
 #   set), under timeout $KB_TIMEOUT seconds (default 400); the same command continues the set.
+# - groups: `set` for each group of $KB_GROUPS in turn (space-separated, e.g. "12,25 1-18"), most
+#   promising first, all within $KB_BUDGET seconds (default 540) and into one database; with
+#   $KB_DB_FROM (a carried copy of an earlier call's database) copied to $KB_DB first.
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -35,6 +38,17 @@ for step in "$@"; do
         --level 1 --problems "${KB_PROBLEMS:-1-100}" --proposals "${KB_PROPOSALS:-8}" \
         --baselines eager --judge-trials "${KB_TRIALS:-10}" --remeasure-samples 2 \
         --db "$KB_DB" --report "$OUT/kb.json" 2>&1 | tee "$OUT/set.log" | tail -60
+      ;;
+    groups)
+      [ -n "${KB_DB_FROM:-}" ] && cp "$KB_DB_FROM" "$KB_DB"
+      start=$(date +%s)
+      for group in ${KB_GROUPS:?name the groups of problems}; do
+        left=$(( ${KB_BUDGET:-540} - ($(date +%s) - start) ))
+        [ "$left" -lt 20 ] && break
+        echo "=== problems $group ($left s left)"
+        KB_PROBLEMS=$group KB_TIMEOUT=$left bash "$0" set | grep -E '^\[|fast_|interrupted'
+        cp "$OUT/set.log" "$OUT/set_${group//,/_}.log"
+      done
       ;;
     *)
       echo "unknown step $step" >&2
