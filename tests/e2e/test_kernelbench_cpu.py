@@ -93,7 +93,8 @@ def test_a_set_reports_fast_p_and_a_second_run_reuses_its_jobs(tmp_path: Path) -
     assert json.loads(report.read_text())["rows"] == figures["rows"]
 
     # --report-only runs nothing: a problem without a job is "not run" and counts as unsolved
-    (level / "30_Softsign.py").write_text(SWISH.replace("x * torch.sigmoid(x)", "x / (1 + x.abs())"))
+    softsign = SWISH.replace("x * torch.sigmoid(x)", "x / (1 + x.abs())")
+    (level / "30_Softsign.py").write_text(softsign)
     only = codevolve(*command, "--report-only", timeout=300)
     assert only.returncode == 0, only.stderr
     assert "30_Softsign: not run" in only.stderr and "done before" not in only.stderr

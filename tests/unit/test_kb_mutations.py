@@ -195,6 +195,32 @@ CASES: dict[str, tuple[str, tuple[Any, ...], Callable[[], list[Any]]]] = {
         (1,),
         lambda: [rand(5, 5000), torch.randint(0, 2, (5, 5000)).bool()],
     ),
+    # pooling: settings as the KernelBench problems write them (padding, dilation, stride)
+    "max_pool1d": (
+        program("max_pool1d", "x", "return self.maxpool(x)", "", "self.maxpool = nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)"),
+        (),
+        lambda: [randn(2, 3, 300)],
+    ),
+    "max_pool2d": (
+        program("max_pool2d", "x", "return self.pool(x)", "", "self.pool = nn.MaxPool2d(kernel_size=4, stride=1, padding=1)"),
+        (),
+        lambda: [randn(2, 3, 20, 23)],
+    ),
+    "max_pool3d": (
+        program("max_pool3d", "x", "return self.pool(x)", "", "self.pool = nn.MaxPool3d(3, stride=2, padding=1, dilation=3)"),
+        (),
+        lambda: [randn(2, 2, 13, 14, 15)],
+    ),
+    "avg_pool2d": (
+        program("avg_pool2d", "x", "return self.pool(x)", "", "self.pool = nn.AvgPool2d(kernel_size=5, padding=2)"),
+        (),
+        lambda: [randn(2, 3, 21, 26)],
+    ),
+    "avg_pool3d": (
+        program("avg_pool3d", "x", "return self.pool(x)", "", "self.pool = nn.AvgPool3d(3, stride=2, padding=1)"),
+        (),
+        lambda: [randn(2, 2, 9, 10, 11)],
+    ),
     # factors near 1, so the running product over three blocks of the row stays away from zero
     "cumprod": (program("cumprod", "x", "return torch.cumprod(x, dim=self.dim)", *DIM), (1,), lambda: [rand(5, 5000) * 0.2 + 0.9]),
     "cumprod_reverse": (
@@ -695,3 +721,29 @@ def test_row_loss_templates_fall_back_to_torch_for_inputs_their_kernels_do_not_t
     torch.testing.assert_close(model(a, p, n), torch.nn.TripletMarginLoss(margin=0.7)(a, p, n))
     with pytest.raises(ValueError, match="margin"):  # torch's own error for a margin <= 0
         triplet.ModelNew(-1.0)(a, p, a)
+
+
+def test_pool_template_falls_back_to_torch_for_settings_its_kernel_does_not_take(
+    tmp_path: Path,
+) -> None:
+    """Indices returned, ceil mode, a divisor or padding left out of the average: the module's
+    own pooling runs (no kernel: a launch on CPU tensors would fail)."""
+    pytest.importorskip("triton")
+    x = randn(2, 3, 11, 12)
+    for index, module in enumerate(
+        (
+            "nn.MaxPool2d(3, stride=2, return_indices=True)",
+            "nn.MaxPool2d(3, stride=2, ceil_mode=True)",
+            "nn.AvgPool2d(3, divisor_override=4)",
+            "nn.AvgPool2d(3, padding=1, count_include_pad=False)",
+        )
+    ):
+        parent = program(f"pool{index}", "x", "return self.pool(x)", "", f"self.pool = {module}")
+        candidate = load(child("template", parent), tmp_path, f"fallback_pool{index}").ModelNew()
+        reference = load(parent, tmp_path, f"reference_pool{index}").ModelNew()
+        got, want = candidate(x), reference(x)
+        if isinstance(want, tuple):
+            for g, w in zip(got, want, strict=True):
+                torch.testing.assert_close(g, w)
+        else:
+            torch.testing.assert_close(got, want)

@@ -19,6 +19,7 @@ how, and what it does not recognise; the KernelBench Level-1 problems each cover
   :class:`~codevolve.problems.kernelbench.losses.TripletMargin` (99), as functions or as the
   ``nn`` loss modules ``__init__`` builds (read as their functional form, the constructor's
   arguments included).
+- :class:`~codevolve.problems.kernelbench.pools.Pool`: a max- or average-pooling module (41-46).
 - :class:`~codevolve.problems.kernelbench.elementwise.Elementwise`: a chain of elementwise
   operations over one or two tensors of one shape (5, 19-22, 25-32, 88).
 
@@ -27,7 +28,7 @@ a buffer, a module; ``float(...)``, ``math.sqrt(...)`` and the like give numbers
 the template would pass a tensor as a float. The pure-torch
 rewrites of sub-expressions are in :mod:`codevolve.problems.kernelbench.rewrites`.
 
-Not recognised by any pattern: convolutions (50-87), pooling (41-46), attention (97), batch,
+Not recognised by any pattern: convolutions (50-87), attention (97), batch,
 instance and group norms (33-35), argmax/argmin (51, 52), cosine-similarity loss,
 4-D einsum products (11), and any forward that calls a helper function or an ``nn`` module other
 than LayerNorm, CrossEntropyLoss and TripletMarginLoss.
@@ -59,6 +60,7 @@ from codevolve.problems.kernelbench.losses import (
     match_triplet_margin,
 )
 from codevolve.problems.kernelbench.matmul import Matmul, match_matmul
+from codevolve.problems.kernelbench.pools import Pool, match_pool
 from codevolve.problems.kernelbench.rows import (
     Rowwise,
     TwoPass,
@@ -69,7 +71,9 @@ from codevolve.problems.kernelbench.rows import (
 )
 from codevolve.problems.kernelbench.scans import Scan, match_scan
 
-Pattern = Elementwise | Rowwise | TwoPass | Loss | CrossEntropy | TripletMargin | Scan | Matmul
+Pattern = (
+    Elementwise | Rowwise | TwoPass | Loss | CrossEntropy | TripletMargin | Scan | Matmul | Pool
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,7 @@ Matcher = Callable[[ast.expr, Sequence[str], dict[str, str]], Pattern | None]
 _MATCHERS: tuple[Matcher, ...] = (
     match_matmul,
     match_scan,
+    match_pool,
     match_softmax,
     match_loss,
     match_cross_entropy,

@@ -13,7 +13,8 @@ total carried between blocks). The row templates are in
 :mod:`codevolve.problems.kernelbench.row_templates`, cross-entropy and the triplet margin loss
 (one loss per row, then one small sum) in
 :mod:`codevolve.problems.kernelbench.row_loss_templates`, the matrix product in
-:mod:`codevolve.problems.kernelbench.matmul_template`, the text they share in
+:mod:`codevolve.problems.kernelbench.matmul_template`, pooling in
+:mod:`codevolve.problems.kernelbench.pool_template`, the text they share in
 :mod:`codevolve.problems.kernelbench.template_text`.
 
 Kernels load any float dtype, compute in fp32 and store the output's dtype. Offsets are int64
@@ -37,6 +38,8 @@ from codevolve.problems.kernelbench.forward import Forward
 from codevolve.problems.kernelbench.losses import CrossEntropy, Loss, TripletMargin
 from codevolve.problems.kernelbench.matmul_template import matmul_template
 from codevolve.problems.kernelbench.patterns import Pattern
+from codevolve.problems.kernelbench.pool_template import pool_template
+from codevolve.problems.kernelbench.pools import Pool
 from codevolve.problems.kernelbench.row_loss_templates import (
     cross_entropy_template,
     triplet_margin_template,
@@ -75,6 +78,8 @@ def template_for(pattern: Pattern, forward: Forward) -> Template:
         return triplet_margin_template(pattern, forward)
     if isinstance(pattern, Scan):
         return _scan(pattern, forward)
+    if isinstance(pattern, Pool):
+        return pool_template(pattern, forward)
     return matmul_template(pattern, forward)
 
 

@@ -160,9 +160,7 @@ def _cmd_kernelbench(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else 0
 
 
-async def _stored_for(
-    db: str, configs: list[tuple[str, RunConfig]], console: Console
-) -> list[Job]:
+async def _stored_for(db: str, configs: list[tuple[str, RunConfig]], console: Console) -> list[Job]:
     """The jobs ``db`` holds for ``configs`` (problem, seed and budget alike), in their order."""
     stored = await _stored_jobs(db)
     jobs = []
