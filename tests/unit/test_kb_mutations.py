@@ -221,6 +221,18 @@ CASES: dict[str, tuple[str, tuple[Any, ...], Callable[[], list[Any]]]] = {
         (),
         lambda: [randn(2, 2, 9, 10, 11)],
     ),
+    # KernelBench's own exclusive cumsum (92): [:-1] drops the last row, not the last column
+    "cumsum_shifted_rows": (
+        program(
+            "cumsum_shifted_rows",
+            "x",
+            "e = torch.cat((torch.zeros_like(x.select(self.dim, 0).unsqueeze(self.dim)), x), dim=self.dim)[:-1]\n"
+            "return torch.cumsum(e, dim=self.dim)",
+            *DIM,
+        ),
+        (1,),
+        lambda: [rand(6, 5000)],
+    ),
     # factors near 1, so the running product over three blocks of the row stays away from zero
     "cumprod": (program("cumprod", "x", "return torch.cumprod(x, dim=self.dim)", *DIM), (1,), lambda: [rand(5, 5000) * 0.2 + 0.9]),
     "cumprod_reverse": (

@@ -8,7 +8,7 @@ how, and what it does not recognise; the KernelBench Level-1 problems each cover
 - :class:`~codevolve.problems.kernelbench.matmul.Matmul`: a product of two 2-D or 3-D tensors,
   possibly transposed, possibly under ``torch.triu``/``torch.tril`` (1-4, 6-10, 13-18).
 - :class:`~codevolve.problems.kernelbench.scans.Scan`: a cumulative sum or product along a
-  dimension, reversed, exclusive or masked (89-93).
+  dimension, reversed, exclusive (also as problem 92 writes it) or masked (89-93).
 - :class:`~codevolve.problems.kernelbench.rows.Rowwise`: softmax and log-softmax (23, 24), a
   reduction (47-49, 53), a normalisation ``x / G`` along one dimension (36 RMSNorm, 38 L1,
   39 L2); and :class:`~codevolve.problems.kernelbench.rows.TwoPass`: a LayerNorm module (40),

@@ -2,8 +2,12 @@
 
 ``torch.cumsum(x, dim)`` of one tensor (KernelBench Level-1 problem 89), reversed by flipping
 before and after along the same dim (91), exclusive by the ``torch.cat((zeros, x), dim).narrow(
-dim, 0, n)`` shift (92), masked by ``x * mask`` for a second tensor ``mask`` (93);
-``torch.cumprod(x, dim)`` (90), reversed or masked the same way but never exclusive.
+dim, 0, n)`` shift, masked by ``x * mask`` for a second tensor ``mask`` (93);
+``torch.cumprod(x, dim)`` (90), reversed or masked the same way but never exclusive. KernelBench's
+own exclusive cumsum (92) shifts with ``torch.cat((zeros, x), dim)[:-1]``: the ``[:-1]`` drops the
+last index of dimension 0, not of ``dim``, so the reference returns one row fewer and one column
+more than x; :func:`first_rows_shift` reads that form and the template computes exactly it (the
+pure-torch rewrite of the exclusive cumsum does not take it).
 :func:`cumsum_args` reads the call and :func:`exclusive_shift` the shift; the pure-torch
 rewrites use both too.
 
@@ -28,6 +32,7 @@ class Scan:
     exclusive: bool = False
     mask: str = ""  # a forward parameter multiplied in, or ""
     product: bool = False  # cumprod rather than cumsum
+    drop_last_row: bool = False  # of cat((zeros, x), dim)[:-1]: x's rows but the last, shifted
 
 
 def match_scan(expr: ast.expr, tensors: Sequence[str], modules: dict[str, str]) -> Scan | None:
@@ -55,6 +60,9 @@ def match_scan(expr: ast.expr, tensors: Sequence[str], modules: dict[str, str]) 
     exclusive = None if product else exclusive_shift(inner, dim_source)
     if exclusive is not None:
         inner = exclusive
+    shifted = None if product or exclusive is not None else first_rows_shift(inner, dim_source)
+    if shifted is not None:
+        inner = shifted
     mask = ""
     if isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Mult):
         left, right = inner.left, inner.right
@@ -62,7 +70,11 @@ def match_scan(expr: ast.expr, tensors: Sequence[str], modules: dict[str, str]) 
             inner, mask = left, right.id
     if not (isinstance(inner, ast.Name) and inner.id in tensors):
         return None
-    return Scan(inner.id, dim_source, reverse, exclusive is not None, mask, product)
+    if shifted is not None and (reverse or mask):
+        return None
+    return Scan(
+        inner.id, dim_source, reverse, exclusive is not None, mask, product, shifted is not None
+    )
 
 
 def cumsum_args(expr: ast.expr, name: str = "cumsum") -> tuple[ast.expr, ast.expr] | None:
@@ -78,15 +90,22 @@ def cumsum_args(expr: ast.expr, name: str = "cumsum") -> tuple[ast.expr, ast.exp
     return inner, dim
 
 
-def exclusive_shift(expr: ast.expr, dim: str) -> ast.expr | None:
-    """x of ``torch.cat((zeros_like(...), x), dim=D).narrow(D, 0, n)``: the series shifted by
-    one with a leading zero, whose cumsum is the exclusive cumsum of x."""
-    narrow = canonical_call(expr)
-    if narrow is None or narrow.name != "narrow" or len(narrow.args) != 4:
+def first_rows_shift(expr: ast.expr, dim: str) -> ast.expr | None:
+    """x of ``torch.cat((zeros_like(...), x), dim=D)[:-1]``: a leading zero along D, and the last
+    index of dimension 0 dropped (as KernelBench's problem 92 writes it)."""
+    if not (isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Slice)):
         return None
-    if ast.unparse(narrow.args[1]) != dim or ast.unparse(narrow.args[2]) != "0":
+    cut = expr.slice
+    if cut.lower is not None or cut.step is not None or cut.upper is None:
         return None
-    cat = canonical_call(narrow.args[0])
+    if ast.unparse(cut.upper) != "-1":
+        return None
+    return _zero_then(expr.value, dim)
+
+
+def _zero_then(expr: ast.expr, dim: str) -> ast.expr | None:
+    """x of ``torch.cat((torch.zeros_like(x.select(D, 0).unsqueeze(D)), x), dim=D)``, or None."""
+    cat = canonical_call(expr)
     if cat is None or cat.name not in ("cat", "concat", "concatenate") or len(cat.args) != 1:
         return None
     parts = cat.args[0]
@@ -96,6 +115,19 @@ def exclusive_shift(expr: ast.expr, dim: str) -> ast.expr | None:
     if cat_dim is None or ast.unparse(cat_dim) != dim:
         return None
     zeros, series = parts.elts
-    if "zeros" not in ast.unparse(zeros):
+    # one slice of zeros shaped as x's first along D (any other shape shifts by something else)
+    one_slice = f"zeros_like({ast.unparse(series)}.select({dim}, 0).unsqueeze({dim}))"
+    if ast.unparse(zeros).removeprefix("torch.") != one_slice:
         return None
     return series
+
+
+def exclusive_shift(expr: ast.expr, dim: str) -> ast.expr | None:
+    """x of ``torch.cat((zeros_like(...), x), dim=D).narrow(D, 0, n)``: the series shifted by
+    one with a leading zero, whose cumsum is the exclusive cumsum of x."""
+    narrow = canonical_call(expr)
+    if narrow is None or narrow.name != "narrow" or len(narrow.args) != 4:
+        return None
+    if ast.unparse(narrow.args[1]) != dim or ast.unparse(narrow.args[2]) != "0":
+        return None
+    return _zero_then(narrow.args[0], dim)

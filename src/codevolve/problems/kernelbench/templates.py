@@ -193,25 +193,27 @@ def _scan(p: Scan, forward: Forward) -> Template:
         else ""
     )
     if p.product:  # padding of 1.0: the block's last running product is the whole block's
-        start, pad, scan, result = "1.0", "1.0", "tl.cumprod(v, axis=0)", "carry * c"
+        first, pad, scan, result = "1.0", "1.0", "tl.cumprod(v, axis=0)", "carry * c"
         step = "carry *= tl.sum(tl.where(tl.arange(0, BLOCK) == BLOCK - 1, c, 0.0), axis=0)"
     else:
-        start, pad, scan = "0.0", "0.0", "tl.cumsum(v, axis=0)"
+        first, pad, scan = "0.0", "0.0", "tl.cumsum(v, axis=0)"
         result = "carry + c - v" if p.exclusive else "carry + c"
         step = "carry += tl.sum(v, axis=0)"
     kernel = f"""
 @triton.jit
-def scan_kernel(x_ptr, {"m_ptr, " if p.mask else ""}out_ptr, R, BLOCK: tl.constexpr):
+def scan_kernel(x_ptr, {"m_ptr, " if p.mask else ""}out_ptr, R, OUT_R, BLOCK: tl.constexpr):
     # one program per row; blocks of the row in order, the running total carried between them
-    base = tl.program_id(0).to(tl.int64) * R
-    carry = tl.sum(tl.zeros([BLOCK], dtype=tl.float32), axis=0) + {start}
+    row = tl.program_id(0).to(tl.int64)
+    base = row * R
+    out_base = row * OUT_R  # rows of out may be longer than x's (a shifted copy)
+    carry = tl.sum(tl.zeros([BLOCK], dtype=tl.float32), axis=0) + {first}
     for start in range(0, R, BLOCK):
         k = start + tl.arange(0, BLOCK)
         mask = k < R
         idx = {index}
         v = tl.load(x_ptr + base + idx, mask=mask, other={pad}).to(tl.float32)
 {mask_load}        c = {scan}
-        tl.store(out_ptr + base + idx, ({result}).to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_ptr + out_base + idx, ({result}).to(out_ptr.dtype.element_ty), mask=mask)
         {step}
 """
     x = p.tensor
@@ -219,20 +221,40 @@ def scan_kernel(x_ptr, {"m_ptr, " if p.mask else ""}out_ptr, R, BLOCK: tl.conste
     guard += f" or ({p.dim}) % {x}.ndim != {x}.ndim - 1"
     if p.mask:
         guard += f" or {p.mask}.shape != {x}.shape"
-    body = [
-        f"if {guard}:  # the kernel scans the last, contiguous dimension",
-        f"    {fallback(forward)}",
-        f"a0 = {x}.contiguous()",
-        *([f"m0 = {p.mask}.contiguous()"] if p.mask else []),
-        "out = torch.empty_like(a0)",
-        "R = a0.shape[-1]",
-        "block = min(BLOCK, max(16, triton.next_power_of_2(R)))",
-        f"scan_kernel[(a0.numel() // R,)](a0, {'m0, ' if p.mask else ''}out, R, BLOCK=block, "
-        "num_warps=NUM_WARPS)",
-        "return out",
-    ]
+    launch = (
+        f"scan_kernel[(a0.numel() // R,)](a0, {'m0, ' if p.mask else ''}{{out}}, R, {{out_r}}, "
+        "BLOCK=block, num_warps=NUM_WARPS)"
+    )
+    if p.drop_last_row:
+        # cumsum(cat((zeros, x), -1)[:-1], -1): rows of x but the last, each a zero then its
+        # inclusive cumsum
+        guard += f" or {x}.ndim < 2 or {x}.shape[0] < 2"
+        body = [
+            f"if {guard}:  # the kernel scans the last, contiguous dimension",
+            f"    {fallback(forward)}",
+            f"a0 = {x}[:-1].contiguous()",
+            "R = a0.shape[-1]",
+            "out = torch.empty((*a0.shape[:-1], R + 1), dtype=a0.dtype, device=a0.device)",
+            "out[..., 0] = 0",
+            "block = min(BLOCK, max(16, triton.next_power_of_2(R)))",
+            launch.format(out="out[..., 1:]", out_r="R + 1"),
+            "return out",
+        ]
+    else:
+        body = [
+            f"if {guard}:  # the kernel scans the last, contiguous dimension",
+            f"    {fallback(forward)}",
+            f"a0 = {x}.contiguous()",
+            *([f"m0 = {p.mask}.contiguous()"] if p.mask else []),
+            "out = torch.empty_like(a0)",
+            "R = a0.shape[-1]",
+            "block = min(BLOCK, max(16, triton.next_power_of_2(R)))",
+            launch.format(out="out", out_r="R"),
+            "return out",
+        ]
     tunables = [tunable("BLOCK", 2048, between(256, 16384)), tunable("NUM_WARPS", 8, WARPS)]
     what = ("reverse " if p.reverse else "") + ("exclusive " if p.exclusive else "")
+    what += "row-dropping exclusive " if p.drop_last_row else ""
     what += "cumprod" if p.product else "cumsum"
     module = module_text("scan", what + (" of x * mask" if p.mask else ""), tunables, kernel)
     return Template("scan", module, indent(body, 8))
