@@ -103,3 +103,11 @@ def test_a_set_reports_fast_p_and_a_second_run_reuses_its_jobs(tmp_path: Path) -
     assert table["whole_folder"]["problems"] == 4
     assert table["whole_folder"]["fast_p_eager"]["0.0"] == 2 / 4
     assert "1 not run" in only.stdout
+    # a larger budget shows each problem's newest run within it; a smaller one finds none
+    at = command.index("--proposals") + 1
+    larger = (*command[:at], "9", *command[at + 1 :])
+    assert codevolve(*larger, "--report-only", timeout=300).returncode == 0
+    assert json.loads(report.read_text())["rows"] == figures["rows"]
+    smaller = (*command[:at], "2", *command[at + 1 :])
+    assert codevolve(*smaller, "--report-only", timeout=300).returncode == 0
+    assert json.loads(report.read_text())["rows"] == []

@@ -216,6 +216,11 @@ CASES: dict[str, tuple[str, tuple[Any, ...], Callable[[], list[Any]]]] = {
         (),
         lambda: [randn(2, 3, 21, 26)],
     ),
+    "avg_pool1d": (
+        program("avg_pool1d", "x", "return self.avg_pool(x)", "", "self.avg_pool = nn.AvgPool1d(kernel_size=8, stride=1, padding=4)"),
+        (),
+        lambda: [randn(2, 3, 300)],
+    ),
     "avg_pool3d": (
         program("avg_pool3d", "x", "return self.pool(x)", "", "self.pool = nn.AvgPool3d(3, stride=2, padding=1)"),
         (),

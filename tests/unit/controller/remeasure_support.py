@@ -119,9 +119,10 @@ async def run_seeded(
     *,
     on_progress: Callable[[Progress], None] | None = None,
     crash: asyncio.Event | None = None,
+    proposer: object | None = None,
 ) -> tuple[JobState | None, Controller]:
     """Run the job with one worker loop; with ``crash``, cancel the run once it is set (a
-    crash) and return None as its state."""
+    crash) and return None as its state. ``proposer`` replaces the scripted ``sources``."""
     problem = SeededProblem()
     stop = asyncio.Event()
     with SandboxPool(size=1) as pool:
@@ -141,7 +142,7 @@ async def run_seeded(
                 sessions=sessions,
                 queue=queue,
                 problem=problem,
-                proposer=ScriptedProposer(sources),
+                proposer=proposer or ScriptedProposer(sources),  # type: ignore[arg-type]
                 on_progress=on_progress,
             )
             try:

@@ -1,8 +1,9 @@
 """The template for max and average pooling over the last 1-3 dimensions.
 
-One program per block of outputs (flattened, the last dimension fastest, so neighbouring outputs
-read neighbouring inputs); the window is unrolled at compile time (its sizes, strides, padding
-and dilation are constants of the kernel, read from the module when forward runs). A 1-D or 2-D
+One program per block of one plane's outputs (the last dimension fastest, so neighbouring
+outputs read neighbouring inputs; positions within a plane in 32 bits, whose division is cheap);
+the window is unrolled at compile time (its sizes, strides, padding and dilation are constants of
+the kernel, read from the module when forward runs). A 1-D or 2-D
 pooling is the 3-D kernel with leading sides of 1.
 
 Max pooling writes only the maxima: eager's CUDA max pooling also computes and writes an int64
@@ -28,21 +29,22 @@ from codevolve.problems.kernelbench.template_text import (
 
 _POOL_KERNEL = """
 @triton.jit
-def pool_kernel(x_ptr, out_ptr, total, D, H, W, OD, OH, OW,
+def pool_kernel(x_ptr, out_ptr, D, H, W, OD, OH, OW,
                 KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
                 SD: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                 PD: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                 DD: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
                 IS_MAX: tl.constexpr, BLOCK: tl.constexpr):
-    # one output per lane: its plane and position, then the unrolled window
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = offs < total
+    # program axis 0: the plane (batch x channel), 64-bit offsets; axis 1: a block of that
+    # plane's outputs, whose positions fit 32 bits (cheap division)
+    plane = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < OD * OH * OW
     ow = offs % OW
     rest = offs // OW
     oh = rest % OH
-    rest = rest // OH
-    od = rest % OD
-    base = (rest // OD) * D * H * W
+    od = rest // OH
+    x_plane = x_ptr + plane * D * H * W
     if IS_MAX:
         acc = tl.full([BLOCK], float("-inf"), tl.float32)
     else:
@@ -56,7 +58,7 @@ def pool_kernel(x_ptr, out_ptr, total, D, H, W, OD, OH, OW,
             for kw in tl.static_range(KW):
                 i_w = ow * SW - PW + kw * DW
                 inside = in_h & (i_w >= 0) & (i_w < W)
-                at = x_ptr + base + (i_d * H + i_h) * W + i_w
+                at = x_plane + (i_d * H + i_h) * W + i_w
                 if IS_MAX:
                     v = tl.load(at, mask=inside, other=float("-inf")).to(tl.float32)
                     acc = tl.maximum(acc, v)
@@ -64,7 +66,8 @@ def pool_kernel(x_ptr, out_ptr, total, D, H, W, OD, OH, OW,
                     acc += tl.load(at, mask=inside, other=0.0).to(tl.float32)
     if not IS_MAX:
         acc = acc / (KD * KH * KW)
-    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=live)
+    out_plane = out_ptr + plane * OD * OH * OW
+    tl.store(out_plane + offs, acc.to(out_ptr.dtype.element_ty), mask=live)
 """
 
 
@@ -76,7 +79,9 @@ def pool_template(p: Pool, forward: Forward) -> Template:
         refused = "pool.return_indices or pool.ceil_mode"
         dilation = "pool.dilation"
     else:
-        refused = "pool.ceil_mode or not pool.count_include_pad or pool.divisor_override"
+        refused = "pool.ceil_mode or not pool.count_include_pad"
+        if n > 1:  # AvgPool1d has no divisor_override
+            refused += " or pool.divisor_override"
         dilation = "1"
     body = [
         f"pool = self.{p.module}",
@@ -91,7 +96,7 @@ def pool_template(p: Pool, forward: Forward) -> Template:
         f"spatial = tuple(a0.shape[-{n}:])",
         "out_sides = tuple((size + 2 * q - d * (kk - 1) - 1) // st + 1",
         "                  for size, kk, st, q, d in zip(spatial, k, s, pad, dil))",
-        "if min(out_sides) <= 0:",
+        "if min(out_sides) <= 0 or math.prod(spatial) >= 2**31:",
         f"    {fallback(forward)}",
         f"out = torch.empty((*a0.shape[:-{n}], *out_sides), dtype=a0.dtype, device=a0.device)",
         f"lead = (1,) * {3 - n}  # a 1-D or 2-D pooling as the 3-D kernel",
@@ -101,9 +106,12 @@ def pool_template(p: Pool, forward: Forward) -> Template:
         "SD, SH, SW = lead + s",
         "PD, PH, PW = (0,) * len(lead) + pad",
         "DD, DH, DW = lead + dil",
-        "total = out.numel()",
-        "pool_kernel[(triton.cdiv(total, BLOCK),)](",
-        "    a0, out, total, D, H, W, OD, OH, OW, KD=KD, KH=KH, KW=KW, SD=SD, SH=SH, SW=SW,",
+        "planes = a0.numel() // math.prod(spatial)",
+        "blocks = triton.cdiv(math.prod(out_sides), BLOCK)",
+        "if blocks > 65535:  # the grid's second axis",
+        f"    {fallback(forward)}",
+        "pool_kernel[(planes, blocks)](",
+        "    a0, out, D, H, W, OD, OH, OW, KD=KD, KH=KH, KW=KW, SD=SD, SH=SH, SW=SW,",
         f"    PD=PD, PH=PH, PW=PW, DD=DD, DH=DH, DW=DW, IS_MAX={p.kind == 'max'}, BLOCK=BLOCK,",
         "    num_warps=NUM_WARPS,",
         ")",

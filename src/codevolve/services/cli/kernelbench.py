@@ -7,8 +7,10 @@ same command run again continues where it stopped: a finished problem's job is r
 interrupted one resumed, so a set too large for one sitting is carried over several. The end is a
 table per problem and fast_p for p in 0, 1, 1.5, 2 against eager and ``torch.compile``
 (read_models/kernelbench.py), also written as JSON with ``--report``. ``--report-only`` prints
-that table from what the database holds and runs nothing: a problem without a job counts as not
-run (not solved), one still running or interrupted shows its best so far.
+that table from what the database holds and runs nothing: each problem's newest job with the
+same seed and a budget of at most ``--proposals`` (a problem re-run with a larger budget shows
+that run); a problem without one counts as not run (not solved), one still running or
+interrupted shows its best so far.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def register(sub: Any) -> None:
     bench.add_argument(
         "--report-only",
         action="store_true",
-        help="run nothing: the table of what the database holds for these problems",
+        help="run nothing: the table of each problem's newest job within --proposals",
     )
     add_judge_arguments(bench)
     cli_llm.add_run_arguments(bench)
@@ -161,11 +163,21 @@ def _cmd_kernelbench(args: argparse.Namespace) -> int:
 
 
 async def _stored_for(db: str, configs: list[tuple[str, RunConfig]], console: Console) -> list[Job]:
-    """The jobs ``db`` holds for ``configs`` (problem, seed and budget alike), in their order."""
-    stored = await _stored_jobs(db)
+    """Each config's newest job in ``db`` with its problem and seed and a budget of at most its
+    own, in their order."""
+    stored = await _stored_jobs(db)  # newest first
     jobs = []
     for name, config in configs:
-        job = _same_job(stored, config)
+        job = next(
+            (
+                job
+                for job in stored
+                if job.config.problem == config.problem
+                and job.config.seed == config.seed
+                and job.config.max_proposals <= config.max_proposals
+            ),
+            None,
+        )
         if job is None:
             console.print(f"{name}: not run", highlight=False)
         else:

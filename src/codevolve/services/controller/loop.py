@@ -100,6 +100,7 @@ class Controller:
         self._results = ResultApplier(self._store, self._parents, problem.features)
         self._reads = ResultReads(queue)
         self._stop_proposing = asyncio.Event()
+        self._landed = asyncio.Event()  # set when results land (or proposing stops)
         self._final_state = JobState.DONE
         self._error: str | None = None
         self._wall_saved = 0.0  # time.monotonic() up to which the run's wall time is stored
@@ -258,6 +259,12 @@ class Controller:
         self.progress.duplicates += written is Written.DUPLICATE
         child = answer.child.id if answer.child and written is Written.CHILD else None
         self._ledger.settled(prompt, proposal, child=child, parent_score=parent.score)
+        if written is Written.DUPLICATE and self._flights and not self._stop_proposing.is_set():
+            # Nothing new came of this parent. A proposer that answers a parent the same way
+            # each time (the simulated one) would spend the whole budget on copies before the
+            # first result lands: this slot waits for a result, which may change the parents.
+            self._landed.clear()
+            await self._landed.wait()
         return written is Written.CHILD
 
     async def sample(self, island: int, rng: np.random.Generator) -> Sample | None:
@@ -325,6 +332,7 @@ class Controller:
         for flight in flights.values():
             if flight is not None and flight.holds_slot:
                 self._slots.release()
+        self._landed.set()
 
     async def _remeasure_more(self) -> None:
         """More re-measures, unless the run ends other than done (the resume starts them)."""
@@ -361,6 +369,7 @@ class Controller:
                 self._final_state = job.state
                 self._stop_proposing.set()
         self._parents.changed.set()  # wake proposals waiting for a first elite
+        self._landed.set()  # and those waiting after a duplicate
 
     def _fail(self, error: str) -> None:
         log.error("job %s failed: %s", self._job.id, error)
@@ -368,3 +377,4 @@ class Controller:
         self._error = error
         self._stop_proposing.set()
         self._parents.changed.set()
+        self._landed.set()
