@@ -503,3 +503,19 @@ def test_signed_and_wide_inputs_keep_the_structure_get_inputs_built() -> None:
         assert torch.allclose(drawn.abs(), upper * scale)
         assert 0.3 < (drawn < 0).sum() / (upper > 0).sum() < 0.7  # about half made negative
         assert torch.equal(labels, torch.arange(5))  # integers are left alone
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's imports warn
+def test_the_compile_baseline_is_timed_beside_eager(loader: KbLoader) -> None:
+    """``torch.compile`` of the reference is timed in rounds of its own (here by inductor on the
+    CPU): a figure, or the reason it has none."""
+    reference = _reference(CUMSUM_MODEL, "[torch.rand(64, 4000)]", "[1]")
+    both = ["eager", "compile"]
+    reply = _judged(loader, reference, CUMSUM_COPY, trials=5, warmup=1, time=True, baselines=both)
+    assert reply["correct"], reply
+    timing = reply["timing"]
+    assert timing["compile_error"] == "", timing["compile_error"]
+    assert timing["compile_ms"] is not None and timing["compile_ms"] > 0
+    assert timing["eager_ms"] > 0
