@@ -93,3 +93,15 @@ def test_a_problem_whose_judge_needs_a_gpu_is_refused_before_a_job_when_there_is
         "run", "--kernel-problem", str(problem), "--gpus", "none", db=tmp_path / "db.sqlite"
     )
     assert line == "error: 25_Swish: its cascade needs a GPU and this run has none (--gpus none)"
+
+
+def test_kernelbench_report_only_names_a_database_that_is_not_there(
+    problem: Path, tmp_path: Path
+) -> None:
+    missing = tmp_path / "nope.sqlite"
+    outcome = codevolve(
+        "kernelbench", "--dir", str(tmp_path), "--report-only", "--db", str(missing)
+    )
+    assert outcome.returncode == 2, outcome.stderr
+    assert str(missing) in outcome.error_line
+    assert not missing.exists()  # a report creates nothing

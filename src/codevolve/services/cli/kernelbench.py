@@ -165,7 +165,11 @@ def _cmd_kernelbench(args: argparse.Namespace) -> int:
 async def _stored_for(db: str, configs: list[tuple[str, RunConfig]], console: Console) -> list[Job]:
     """Each config's newest job in ``db`` with its problem and seed and a budget of at most its
     own, in their order."""
-    stored = await _stored_jobs(db)  # newest first
+    from codevolve.program_db import repository
+    from codevolve.services.database import reading_session
+
+    async with reading_session(db) as session:  # an existing database: nothing is created
+        stored = await repository.list_jobs(session)  # newest first
     jobs = []
     for name, config in configs:
         job = next(
