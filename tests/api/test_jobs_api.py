@@ -15,7 +15,14 @@ async def test_create_answers_201_with_a_queued_job_whose_config_maps_the_flag_n
     headers = await api.token("alice")
     body = {
         "problem": "gemm-tiling",
-        "config": {"proposals": 200, "seed": 1, "islands": 2, "in_flight": 4, "max_wall_s": 60},
+        "config": {
+            "proposals": 200,
+            "seed": 1,
+            "islands": 2,
+            "in_flight": 4,
+            "max_wall_s": 60,
+            "remeasure_samples": 3,
+        },
     }
     response = await api.client.post("/api/v1/jobs", json=body, headers=headers)
     assert response.status_code == 201, response.text
@@ -26,7 +33,7 @@ async def test_create_answers_201_with_a_queued_job_whose_config_maps_the_flag_n
     assert stored is not None
     config = stored.config
     assert (config.max_proposals, config.seed, config.islands) == (200, 1, 2)
-    assert (config.max_in_flight, config.max_wall_s) == (4, 60)
+    assert (config.max_in_flight, config.max_wall_s, config.remeasure_samples) == (4, 60, 3)
     fetched = await api.client.get(f"/api/v1/jobs/{job['id']}", headers=headers)
     assert fetched.json()["programs"] == {"pending": 0, "evaluated": 0, "failed": 0, "rejected": 0}
     assert fetched.json()["usage"]["tokens_in"] == 0

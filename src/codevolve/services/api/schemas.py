@@ -93,6 +93,9 @@ class JobConfigIn(_Input):
     islands: Int = _key("islands", "independent sub-populations", ge=1)
     in_flight: Int = _key("in_flight", "proposals in flight at once", ge=1)
     max_wall_s: Float = _key("max_wall_s", "wall budget, seconds", gt=0)
+    remeasure_samples: Int = _key(
+        "remeasure_samples", "fresh samples that confirm a would-be best", ge=1
+    )
     exploit_ratio: Float = _key("exploit_ratio", "rank sampling probability", ge=0)
     migration_interval: Int = _key(
         "migration_interval", "proposals between migrations (0: never)", ge=0
