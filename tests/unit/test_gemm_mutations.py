@@ -19,23 +19,17 @@ from codevolve.core.evolve_block import EVOLVE_END, EVOLVE_START
 from codevolve.core.problem import Mutation
 from codevolve.core.program import CaseResult
 from codevolve.core.prompt import BestCase, ProgramView, Prompt
+from codevolve.problems.gemm_tiling.config_moves import launchable, textbook_configs
 from codevolve.problems.gemm_tiling.initial_program import GemmConfig
-from codevolve.problems.gemm_tiling.mutations import (
-    GPU_BAND_SHARE,
-    M_THRESHOLDS,
-    TRAIN_GRID,
+from codevolve.problems.gemm_tiling.mutations import GPU_BAND_SHARE, TRAIN_GRID, gemm_mutations
+from codevolve.problems.gemm_tiling.octaves import M_THRESHOLDS, directed_test, token_band
+from codevolve.problems.gemm_tiling.rule_program import (
     RuleProgram,
-    _directed_test,
-    _token_band,
-    gemm_mutations,
-    holds,
-    launchable,
     parse_config,
     parse_shape,
     read_program,
-    textbook_configs,
-    understood,
 )
+from codevolve.problems.gemm_tiling.rule_tests import holds, understood
 from codevolve.prompt_sampler.search_replace import ParsedAnswer, apply_answer, parse_answer
 
 INITIAL = (Path(gemm_package.__file__).parent / "initial_program.py").read_text()
@@ -375,8 +369,6 @@ def test_launch_limits() -> None:
 
 
 def test_textbook_configs_are_launchable_and_fit_the_shape() -> None:
-    from codevolve.problems.gemm_tiling.mutations import launchable, textbook_configs
-
     for shape in ((1, 6144, 4096), (64, 1280, 8192), (8192, 28672, 4096)):
         configs = textbook_configs(shape)
         assert len(configs) > 10
@@ -444,7 +436,7 @@ SIZE_LADDER = {2**i for i in range(10, 29)}
 def test_a_directed_test_is_an_octave_range_that_holds_for_its_shape(
     m: int, n: int, scored: list[int], seed: int
 ) -> None:
-    text = _directed_test((m, n, 4096), np.random.default_rng(seed), scored)
+    text = directed_test((m, n, 4096), np.random.default_rng(seed), scored)
     test = ast.parse(text, mode="eval").body
     assert holds(test, (m, n, 4096))
     bounds = [int(b) for b in re.findall(r"\d+", text)]
@@ -462,22 +454,22 @@ def test_a_directed_range_is_open_past_the_largest_and_smallest_scored_size() ->
     sizes = [2**14, 2**20, 2**26]
     for seed in SEEDS:
         rng = np.random.default_rng(seed)
-        assert " and " not in _directed_test((8192, 8192, 1024), rng, sizes)  # the largest
-        assert _directed_test((8192, 8192, 1024), rng, sizes).startswith("M * N > ")
-        assert _directed_test((1, 16384, 1024), rng, sizes).startswith("M * N <= ")
-        assert " and " in _directed_test((256, 4096, 1024), rng, sizes)
+        assert " and " not in directed_test((8192, 8192, 1024), rng, sizes)  # the largest
+        assert directed_test((8192, 8192, 1024), rng, sizes).startswith("M * N > ")
+        assert directed_test((1, 16384, 1024), rng, sizes).startswith("M * N <= ")
+        assert " and " in directed_test((256, 4096, 1024), rng, sizes)
 
 
 def test_a_directed_range_reaches_over_octaves_no_scored_size_lies_in() -> None:
     # Scored sizes 2**12 and 2**24 around a shape of size 2**18: the range covers (2**12, 2**23].
     sizes = [2**12, 2**18, 2**24]
     for seed in SEEDS:
-        text = _directed_test((64, 4096, 4096), np.random.default_rng(seed), sizes)
+        text = directed_test((64, 4096, 4096), np.random.default_rng(seed), sizes)
         assert text == f"M * N > {2**12} and M * N <= {2**23}"
     # A scored size in the next octave up stops the range there; one in the octave below stops
     # it there unless widening takes that size in, and then the range reaches on to the next one.
     sizes = [2**12, 2**16 + 1, 2**18, 2**19 + 1, 2**24]
-    texts = {_directed_test((64, 4096, 4096), np.random.default_rng(s), sizes) for s in SEEDS}
+    texts = {directed_test((64, 4096, 4096), np.random.default_rng(s), sizes) for s in SEEDS}
     assert texts == {f"M * N > {low} and M * N <= {2**19}" for low in (2**12, 2**17)}
 
 
@@ -512,7 +504,7 @@ def test_a_directed_rule_gives_its_config_to_every_scored_shape_of_its_range() -
 @settings(max_examples=300, deadline=None)
 @given(m=st.integers(1, 16384), seed=st.integers(0, 2**32 - 1))
 def test_a_token_band_holds_for_its_m_and_lies_on_the_powers_of_two(m: int, seed: int) -> None:
-    text = _token_band(m, np.random.default_rng(seed))
+    text = token_band(m, np.random.default_rng(seed))
     test = ast.parse(text, mode="eval").body
     assert holds(test, (m, 4096, 4096))
     assert set(re.findall(r"\b[MNK]\b", text)) == {"M"}

@@ -41,7 +41,8 @@ from codevolve.problems.gemm_kernel_gpu.kernel_source import (
     entry_function,
     evolve_region,
 )
-from codevolve.problems.gemm_tiling.mutations import gemm_mutations, parse_shape
+from codevolve.problems.gemm_tiling.mutations import gemm_mutations
+from codevolve.problems.gemm_tiling.rule_program import parse_shape
 
 # Starting parameters per (variant, regime): the best launch of each family in the first H200
 # sweep (bench/gpu_kernel.py variants; docs/results-gpu-kernel.md).
