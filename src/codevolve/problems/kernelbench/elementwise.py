@@ -13,7 +13,8 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from codevolve.problems.kernelbench.expressions import Node, elementwise, template_operands
+from codevolve.problems.kernelbench.expressions import elementwise, template_operands
+from codevolve.problems.kernelbench.tree import Node
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import ast
 import copy
 from dataclasses import dataclass
 
-from codevolve.problems.kernelbench.expressions import dotted
+from codevolve.problems.kernelbench.calls import dotted
 
 
 @dataclass(frozen=True, slots=True)

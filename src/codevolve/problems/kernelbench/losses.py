@@ -30,22 +30,16 @@ import ast
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from codevolve.problems.kernelbench.calls import bind, canonical_call, constant_value, dotted
 from codevolve.problems.kernelbench.expressions import (
-    Const,
-    Lowering,
-    Node,
-    NoTranslation,
     Translator,
-    bind,
-    canonical_call,
-    constant_value,
-    dotted,
     elementwise,
     mentions,
-    op,
     template_operands,
 )
 from codevolve.problems.kernelbench.forward import callee
+from codevolve.problems.kernelbench.lowerings import Lowering, NoTranslation
+from codevolve.problems.kernelbench.tree import Const, Node, op
 
 
 @dataclass(frozen=True, slots=True)

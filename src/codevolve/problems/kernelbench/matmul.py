@@ -16,7 +16,7 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from codevolve.problems.kernelbench.expressions import canonical_call
+from codevolve.problems.kernelbench.calls import canonical_call
 
 
 @dataclass(frozen=True, slots=True)

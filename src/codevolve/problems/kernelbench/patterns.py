@@ -40,8 +40,8 @@ import ast
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from codevolve.problems.kernelbench.calls import dotted
 from codevolve.problems.kernelbench.elementwise import Elementwise, match_elementwise
-from codevolve.problems.kernelbench.expressions import dotted
 from codevolve.problems.kernelbench.forward import (
     Forward,
     callee,

@@ -16,7 +16,7 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from codevolve.problems.kernelbench.expressions import dotted
+from codevolve.problems.kernelbench.calls import dotted
 
 _MODULES = {
     f"{kind}Pool{dims}d": (kind.lower(), dims) for kind in ("Max", "Avg") for dims in (1, 2, 3)

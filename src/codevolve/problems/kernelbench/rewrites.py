@@ -22,22 +22,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from codevolve.core.pysource import parse_python
-from codevolve.problems.kernelbench.expressions import (
-    SELU_ALPHA,
-    SELU_SCALE,
-    Const,
-    Input,
-    canonical_call,
-    elementwise,
-    evaluate,
-    op,
-    op_count,
-    tanh_gelu,
-)
+from codevolve.problems.kernelbench.calls import canonical_call
+from codevolve.problems.kernelbench.expressions import elementwise
 from codevolve.problems.kernelbench.forward import body_statements, returned_expression
+from codevolve.problems.kernelbench.lowerings import SELU_ALPHA, SELU_SCALE, tanh_gelu
 from codevolve.problems.kernelbench.matmul import product_operands
 from codevolve.problems.kernelbench.rows import dim_and_keepdim, values_of
 from codevolve.problems.kernelbench.scans import cumsum_args, exclusive_shift
+from codevolve.problems.kernelbench.tree import Const, Input, evaluate, op, op_count
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,6 @@ then ``apply_kernel``, one elementwise pass.
 
 from __future__ import annotations
 
-from codevolve.problems.kernelbench.expressions import Node
 from codevolve.problems.kernelbench.forward import Forward
 from codevolve.problems.kernelbench.rows import Rowwise, TwoPass
 from codevolve.problems.kernelbench.template_text import (
@@ -31,6 +30,7 @@ from codevolve.problems.kernelbench.template_text import (
     render,
     tunable,
 )
+from codevolve.problems.kernelbench.tree import Node
 
 # --- rows: softmax, reductions, normalisations along a dimension -------------------------------
 

@@ -22,25 +22,10 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from codevolve.problems.kernelbench.expressions import (
-    BINOPS,
-    Call,
-    Count,
-    Input,
-    Node,
-    NoTranslation,
-    Op,
-    Stat,
-    Translator,
-    bind,
-    canonical_call,
-    constant_value,
-    dotted,
-    elementwise,
-    mentions,
-    op,
-    power,
-)
+from codevolve.problems.kernelbench.calls import Call, bind, canonical_call, constant_value, dotted
+from codevolve.problems.kernelbench.expressions import BINOPS, Translator, elementwise, mentions
+from codevolve.problems.kernelbench.lowerings import NoTranslation, power
+from codevolve.problems.kernelbench.tree import Count, Input, Node, Op, Stat, op
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from codevolve.problems.kernelbench.expressions import bind, canonical_call
+from codevolve.problems.kernelbench.calls import bind, canonical_call
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from codevolve.problems.kernelbench.expressions import Const, Count, Input, Node, Op, Param, Stat
 from codevolve.problems.kernelbench.forward import Forward
+from codevolve.problems.kernelbench.tree import Const, Count, Input, Node, Op, Param, Stat
 
 MARKER = "# codevolve-template:"
 TUNE = "# tune:"
