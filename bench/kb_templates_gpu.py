@@ -202,6 +202,28 @@ def cases(s: int) -> list[Case]:
             (1,),
             **DIM,
         ),
+        Case("cumprod", "x", "return torch.cumprod(x, dim=self.dim)", lambda r: [r(d(8192), d(16384)) * 0.2 + 0.9], (1,), **DIM),
+        Case(
+            "max_pool2d",
+            "x",
+            "return self.pool(x)",
+            lambda r: [r(d(32), 64, d(512), d(512), signed=True)],
+            init_body="self.pool = nn.MaxPool2d(kernel_size=4, stride=1, padding=1)",
+        ),
+        Case(
+            "max_pool3d",
+            "x",
+            "return self.pool(x)",
+            lambda r: [r(d(16), d(32), max(16, d(128)), max(16, d(128)), max(16, d(128)), signed=True)],
+            init_body="self.pool = nn.MaxPool3d(3, stride=2, padding=1, dilation=3)",
+        ),
+        Case(
+            "avg_pool1d",
+            "x",
+            "return self.pool(x)",
+            lambda r: [r(d(64), 128, d(65536), signed=True)],
+            init_body="self.pool = nn.AvgPool1d(kernel_size=8, stride=1, padding=4)",
+        ),
         Case(
             "cumsum_masked",
             "x, mask",
