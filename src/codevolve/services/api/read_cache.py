@@ -16,18 +16,19 @@ commits, so this process's next read sees it; a read that was in flight across t
 answered to its own callers but not kept. Changes made elsewhere (the controllers, another API
 process, the command line) show within ``ttl_s``.
 
-Requests that miss together for one key share one read (:meth:`ReadCache.answer`), so a burst
-costs one database read per key, not one per request. Only answers are kept: a read that raises
+Requests that miss together for one key share one read (:meth:`ReadCache.answer`, through
+:class:`~codevolve.services.api.single_flight.SingleFlight`), so a burst costs one database read
+per key, not one per request. Only answers are kept: a read that raises
 (a 404, a 503) is not, and each request that waited for it reads for itself.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 
+from codevolve.services.api.single_flight import SingleFlight
 from codevolve.services.settings import READ_CACHE_S
 
 MAX_ANSWERS = 1024  # answers kept at once, the oldest dropped first (1-200 KiB each)
@@ -35,14 +36,6 @@ MAX_ANSWERS = 1024  # answers kept at once, the oldest dropped first (1-200 KiB 
 Clock = Callable[[], float]  # monotonic seconds
 Read = Callable[[], Awaitable[bytes]]  # the answer's JSON, read from the database
 Key = Hashable  # (route, its parameters..., the caller's scope)
-
-
-@dataclass(slots=True)
-class _Reading:
-    """A read in flight, which requests for the same key wait for."""
-
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    answer: bytes | None = None  # None once done: the read raised or was cancelled
 
 
 @dataclass(slots=True)
@@ -54,7 +47,7 @@ class ReadCache:
     clock: Clock = time.monotonic
     # key -> (when it expires, the answer); insertion order is about expiry order (one ttl)
     _answers: dict[Key, tuple[float, bytes]] = field(default_factory=dict)
-    _reading: dict[Key, _Reading] = field(default_factory=dict)  # key -> its read in flight
+    _reads: SingleFlight[Key, bytes] = field(default_factory=SingleFlight)  # reads in flight
     _writes: int = 0  # writes seen (clear()); a read begun before the latest one is not kept
 
     async def answer(self, key: Key, read: Read) -> bytes:
@@ -69,28 +62,18 @@ class ReadCache:
             if kept[0] > now:
                 return kept[1]
             del self._answers[key]
-        reading = self._reading.get(key)
-        if reading is not None:
-            await reading.done.wait()
-            return reading.answer if reading.answer is not None else await read()
-        reading = self._reading[key] = _Reading()
         writes = self._writes
-        try:
-            reading.answer = await read()
-        finally:
-            if self._reading.get(key) is reading:
-                del self._reading[key]
-            reading.done.set()
-        if writes == self._writes:  # no write landed while it read: the answer is current
-            self._keep(key, now + self.ttl_s, reading.answer)
-        return reading.answer
+        answer, own = await self._reads.call(key, read)
+        if own and writes == self._writes:  # no write landed while it read: the answer is current
+            self._keep(key, now + self.ttl_s, answer)
+        return answer
 
     def clear(self) -> None:
         """A write through this process committed: forget every answer, and every read in flight
         (its callers get its answer; later callers read again)."""
         self._writes += 1
         self._answers.clear()
-        self._reading.clear()
+        self._reads.forget_all()
 
     def _keep(self, key: Key, expires: float, answer: bytes) -> None:
         """Keep ``answer``, first dropping the oldest answers while they have expired (or the

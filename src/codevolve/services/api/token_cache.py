@@ -12,32 +12,25 @@ unknown or revoked token is looked up, and refused, on every request, and a toke
 elsewhere works at once.
 
 A burst arrives all at once: requests that miss the cache together for one token share one
-lookup (:meth:`TokenCache.live`), so a burst costs one statement, not one per request.
+lookup (:meth:`TokenCache.live`, through
+:class:`~codevolve.services.api.single_flight.SingleFlight`), so a burst costs one statement, not
+one per request.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from codevolve.program_db.tokens import ApiToken
+from codevolve.services.api.single_flight import SingleFlight
 
 TOKEN_CACHE_S = 5.0  # seconds a live token is trusted without asking the database again
 MAX_TOKENS = 4096  # tokens kept at once; a burst of more tokens than this only costs lookups
 
 Clock = Callable[[], float]  # monotonic seconds
 Lookup = Callable[[], Awaitable[ApiToken | None]]  # the database's answer: the live token or None
-
-
-@dataclass(slots=True)
-class _Asking:
-    """A lookup in flight, which requests for the same token wait for."""
-
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    answered: bool = False  # False once done: the lookup failed or was cancelled
-    found: ApiToken | None = None
 
 
 @dataclass(slots=True)
@@ -51,7 +44,7 @@ class TokenCache:
     _live: dict[str, tuple[float, ApiToken]] = field(default_factory=dict)
     # token id -> until when a lookup that began before its revocation must not be kept
     _revoked: dict[str, float] = field(default_factory=dict)
-    _asking: dict[str, _Asking] = field(default_factory=dict)  # digest -> its lookup in flight
+    _lookups: SingleFlight[str, ApiToken | None] = field(default_factory=SingleFlight)
 
     async def live(self, digest: str, lookup: Lookup) -> ApiToken | None:
         """The live token of ``digest``: kept, else what ``lookup`` finds (then kept). Callers
@@ -60,20 +53,10 @@ class TokenCache:
         token = self.get(digest)
         if token is not None:
             return token
-        asking = self._asking.get(digest)
-        if asking is not None:
-            await asking.done.wait()
-            return asking.found if asking.answered else await lookup()
-        asking = self._asking[digest] = _Asking()
-        try:
-            asking.found = await lookup()
-            asking.answered = True
-        finally:
-            del self._asking[digest]
-            asking.done.set()
-        if asking.found is not None:
-            self.put(digest, asking.found)
-        return asking.found
+        found, own = await self._lookups.call(digest, lookup)
+        if own and found is not None:
+            self.put(digest, found)
+        return found
 
     def get(self, digest: str) -> ApiToken | None:
         """The token, if it was found live less than ``ttl_s`` ago; None: ask the database."""
