@@ -1,6 +1,7 @@
-"""``GET /api/v1/kernelbench`` and the dashboard's KernelBench page: one row per KernelBench job
-the caller may see (the jobs list's ownership rule), fast_p over those rows, no other problem's
-job, and a stored kernel bundle that cannot be read leaves its job out instead of failing."""
+"""``GET /api/v1/kernelbench`` and the dashboard's KernelBench page: one row per KernelBench
+problem the caller may see (its newest job; the jobs list's ownership rule), fast_p over those
+rows, no other problem's job, and a stored kernel bundle that cannot be read leaves its job out
+instead of failing."""
 
 from __future__ import annotations
 
@@ -52,6 +53,19 @@ async def test_a_kernelbench_job_is_a_row_and_other_problems_jobs_are_not(api: A
     assert (summary["problems"], summary["correct"], summary["kept_reference"]) == (1, 1, 0)
     assert summary["fast_p_eager"] == {"0.0": 1.0, "1.0": 1.0, "1.5": 1.0, "2.0": 1.0}
     assert summary["fast_p_compile"] == {"0.0": 1.0, "1.0": 1.0, "1.5": 1.0, "2.0": 0.0}
+
+
+async def test_a_problem_run_twice_is_one_row_its_newest_job(api: Api) -> None:
+    """fast_p counts problems: a re-run (say with a larger budget) replaces the older row."""
+    alice = await api.token("alice")
+    async with api.sessions.begin() as session:
+        await kernel_job(session, owner="alice", name="19_ReLU")  # kept the reference
+    async with api.sessions.begin() as session:
+        again = await kernel_job(session, owner="alice", name="19_ReLU", speedup=2.5)
+    body = (await api.client.get("/api/v1/kernelbench", headers=alice)).json()
+    assert [row["job_id"] for row in body["rows"]] == [again.job_id]
+    assert body["summary"]["problems"] == 1
+    assert body["summary"]["fast_p_eager"]["1.0"] == 1.0
 
 
 async def test_another_owners_kernelbench_job_is_not_listed_but_the_admin_sees_all(

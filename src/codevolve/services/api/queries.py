@@ -215,11 +215,14 @@ async def _owns(session: AsyncSession, program: Program, owner: str) -> bool:
 
 async def kernel_table(session: AsyncSession, *, owner: str | None) -> KernelTable:
     """The KernelBench table over the jobs ``owner`` (None: anyone) may see, newest first, and
-    its fast_p figures. Only ``bundle:`` jobs can be KernelBench problems, so no other job's
-    problem is looked up; a stored bundle whose ``kernelbench.json`` cannot be read (an upload
-    can carry one) leaves its jobs out rather than failing the whole table."""
-    jobs = await repository.list_jobs(session, owner=owner)
+    its fast_p figures. A problem run more than once is one row, its newest job's (per owner):
+    fast_p counts problems, as ``codevolve kernelbench`` does. Only ``bundle:`` jobs can be
+    KernelBench problems, so no other job's problem is looked up; a stored bundle whose
+    ``kernelbench.json`` cannot be read (an upload can carry one) leaves its jobs out rather than
+    failing the whole table."""
+    jobs = await repository.list_jobs(session, owner=owner)  # newest first
     rows: list[KernelRow] = []
+    shown: set[tuple[str, str]] = set()  # (owner, problem file) already in the table
     for job in jobs:
         if not job.config.problem.startswith(BUNDLE_PROBLEM_PREFIX):
             continue
@@ -227,7 +230,8 @@ async def kernel_table(session: AsyncSession, *, owner: str | None) -> KernelTab
             row = await kernel_row(session, job)
         except KernelProblemError:
             continue
-        if row is not None:
+        if row is not None and (job.owner, row.problem) not in shown:
+            shown.add((job.owner, row.problem))
             rows.append(row)
     return KernelTable(
         rows=[KernelRowPublic.of(row) for row in rows],
