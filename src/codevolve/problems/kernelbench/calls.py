@@ -1,5 +1,5 @@
-"""Reading torch calls with ``ast``: dotted names, the canonical call form, binding arguments to
-parameter names, and folding constant numeric expressions."""
+"""Reading torch calls with ``ast``: dotted names, a module applied to a tensor, the canonical
+call form, binding arguments to parameter names, and folding constant numeric expressions."""
 
 from __future__ import annotations
 
@@ -39,6 +39,25 @@ class Call:
     name: str
     args: tuple[ast.expr, ...]
     keywords: dict[str, ast.expr]
+
+
+def module_applied(
+    expr: ast.expr, tensors: Sequence[str], modules: dict[str, str]
+) -> tuple[str, str, str] | None:
+    """``self.attr(x)`` for a forward parameter ``x`` and an attribute ``__init__`` builds by a
+    call: (x, attr, the callee's name, e.g. ``Conv2d``); None for anything else."""
+    if not (
+        isinstance(expr, ast.Call)
+        and len(expr.args) == 1
+        and not expr.keywords
+        and isinstance(expr.func, ast.Attribute)
+        and dotted(expr.func.value) == "self"
+        and expr.func.attr in modules
+        and isinstance(x := expr.args[0], ast.Name)
+        and x.id in tensors
+    ):
+        return None
+    return x.id, expr.func.attr, modules[expr.func.attr]
 
 
 def canonical_call(node: ast.expr) -> Call | None:

@@ -20,6 +20,9 @@ how, and what it does not recognise; the KernelBench Level-1 problems each cover
   ``nn`` loss modules ``__init__`` builds (read as their functional form, the constructor's
   arguments included).
 - :class:`~codevolve.problems.kernelbench.pools.Pool`: a max- or average-pooling module (41-46).
+- :class:`~codevolve.problems.kernelbench.convs.Conv`: a ``Conv1d`` or ``Conv2d`` module, as a
+  product over unfolded patches (the standard 1-D and 2-D convolutions among 50-87; grouped and
+  depthwise ones fall back when forward runs).
 - :class:`~codevolve.problems.kernelbench.elementwise.Elementwise`: a chain of elementwise
   operations over one or two tensors of one shape (5, 19-22, 25-32, 88).
 
@@ -28,7 +31,7 @@ a buffer, a module; ``float(...)``, ``math.sqrt(...)`` and the like give numbers
 the template would pass a tensor as a float. The pure-torch
 rewrites of sub-expressions are in :mod:`codevolve.problems.kernelbench.rewrites`.
 
-Not recognised by any pattern: convolutions (50-87), attention (97), batch,
+Not recognised by any pattern: transposed and 3-D convolutions, attention (97), batch,
 instance and group norms (33-35), argmax/argmin (51, 52), cosine-similarity loss,
 4-D einsum products (11), and any forward that calls a helper function or an ``nn`` module other
 than LayerNorm, CrossEntropyLoss and TripletMarginLoss.
@@ -41,6 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from codevolve.problems.kernelbench.calls import dotted
+from codevolve.problems.kernelbench.convs import Conv, match_conv
 from codevolve.problems.kernelbench.elementwise import Elementwise, match_elementwise
 from codevolve.problems.kernelbench.forward import (
     Forward,
@@ -72,7 +76,16 @@ from codevolve.problems.kernelbench.rows import (
 from codevolve.problems.kernelbench.scans import Scan, match_scan
 
 Pattern = (
-    Elementwise | Rowwise | TwoPass | Loss | CrossEntropy | TripletMargin | Scan | Matmul | Pool
+    Elementwise
+    | Rowwise
+    | TwoPass
+    | Loss
+    | CrossEntropy
+    | TripletMargin
+    | Scan
+    | Matmul
+    | Pool
+    | Conv
 )
 
 
@@ -90,6 +103,7 @@ _MATCHERS: tuple[Matcher, ...] = (
     match_matmul,
     match_scan,
     match_pool,
+    match_conv,
     match_softmax,
     match_loss,
     match_cross_entropy,

@@ -16,7 +16,7 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from codevolve.problems.kernelbench.calls import dotted
+from codevolve.problems.kernelbench.calls import module_applied
 
 _MODULES = {
     f"{kind}Pool{dims}d": (kind.lower(), dims) for kind in ("Max", "Avg") for dims in (1, 2, 3)
@@ -32,18 +32,9 @@ class Pool:
 
 
 def match_pool(expr: ast.expr, tensors: Sequence[str], modules: dict[str, str]) -> Pool | None:
-    if not (
-        isinstance(expr, ast.Call)
-        and len(expr.args) == 1
-        and not expr.keywords
-        and isinstance(expr.func, ast.Attribute)
-        and dotted(expr.func.value) == "self"
-        and isinstance(x := expr.args[0], ast.Name)
-        and x.id in tensors
-    ):
-        return None
-    found = _MODULES.get(modules.get(expr.func.attr, ""))
-    if found is None:
+    applied = module_applied(expr, tensors, modules)
+    found = None if applied is None else _MODULES.get(applied[2])
+    if applied is None or found is None:
         return None
     kind, dims = found
-    return Pool(x.id, expr.func.attr, kind, dims)
+    return Pool(applied[0], applied[1], kind, dims)

@@ -14,7 +14,8 @@ total carried between blocks). The row templates are in
 (one loss per row, then one small sum) in
 :mod:`codevolve.problems.kernelbench.row_loss_templates`, the matrix product in
 :mod:`codevolve.problems.kernelbench.matmul_template`, pooling in
-:mod:`codevolve.problems.kernelbench.pool_template`, the text they share in
+:mod:`codevolve.problems.kernelbench.pool_template`, convolutions in
+:mod:`codevolve.problems.kernelbench.conv_template`, the text they share in
 :mod:`codevolve.problems.kernelbench.template_text`.
 
 Kernels load any float dtype, compute in fp32 and store the output's dtype. Offsets are int64
@@ -33,6 +34,8 @@ evolution decides, the template only starts it.
 
 from __future__ import annotations
 
+from codevolve.problems.kernelbench.conv_template import conv_template
+from codevolve.problems.kernelbench.convs import Conv
 from codevolve.problems.kernelbench.elementwise import Elementwise
 from codevolve.problems.kernelbench.forward import Forward
 from codevolve.problems.kernelbench.losses import CrossEntropy, Loss, TripletMargin
@@ -80,6 +83,8 @@ def template_for(pattern: Pattern, forward: Forward) -> Template:
         return _scan(pattern, forward)
     if isinstance(pattern, Pool):
         return pool_template(pattern, forward)
+    if isinstance(pattern, Conv):
+        return conv_template(pattern, forward)
     return matmul_template(pattern, forward)
 
 
