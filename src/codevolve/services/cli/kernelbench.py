@@ -172,16 +172,7 @@ async def _stored_for(db: str, configs: list[tuple[str, RunConfig]], console: Co
         stored = await repository.list_jobs(session)  # newest first
     jobs = []
     for name, config in configs:
-        job = next(
-            (
-                job
-                for job in stored
-                if job.config.problem == config.problem
-                and job.config.seed == config.seed
-                and job.config.max_proposals <= config.max_proposals
-            ),
-            None,
-        )
+        job = _same_job(stored, config, within_budget=True)
         if job is None:
             console.print(f"{name}: not run", highlight=False)
         else:
@@ -254,16 +245,18 @@ async def _stored_jobs(db: str) -> list[Job]:
         return await repository.list_jobs(session)
 
 
-def _same_job(jobs: list[Job], config: RunConfig) -> Job | None:
-    """The first of ``jobs`` (newest first) with the problem, seed and budget of ``config``."""
-    same = [
-        job
-        for job in jobs
-        if job.config.problem == config.problem
-        and job.config.seed == config.seed
-        and job.config.max_proposals == config.max_proposals
-    ]
-    return same[0] if same else None
+def _same_job(jobs: list[Job], config: RunConfig, *, within_budget: bool = False) -> Job | None:
+    """The first of ``jobs`` (newest first) with the problem, seed and budget of ``config``;
+    ``within_budget``: with a budget of at most its own."""
+    for job in jobs:
+        budget, wanted = job.config.max_proposals, config.max_proposals
+        if (
+            job.config.problem == config.problem
+            and job.config.seed == config.seed
+            and (budget <= wanted if within_budget else budget == wanted)
+        ):
+            return job
+    return None
 
 
 async def _job(db: str, job_id: str) -> Job:
