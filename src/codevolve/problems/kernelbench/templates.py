@@ -226,37 +226,30 @@ def scan_kernel(x_ptr, {"m_ptr, " if p.mask else ""}out_ptr, R, OUT_R, BLOCK: tl
     guard += f" or ({p.dim}) % {x}.ndim != {x}.ndim - 1"
     if p.mask:
         guard += f" or {p.mask}.shape != {x}.shape"
-    launch = (
-        f"scan_kernel[(a0.numel() // R,)](a0, {'m0, ' if p.mask else ''}{{out}}, R, {{out_r}}, "
-        "BLOCK=block, num_warps=NUM_WARPS)"
-    )
     if p.drop_last_row:
         # cumsum(cat((zeros, x), -1)[:-1], -1): rows of x but the last, each a zero then its
         # inclusive cumsum
         guard += f" or {x}.ndim < 2 or {x}.shape[0] < 2"
-        body = [
-            f"if {guard}:  # the kernel scans the last, contiguous dimension",
-            f"    {fallback(forward)}",
-            f"a0 = {x}[:-1].contiguous()",
-            "R = a0.shape[-1]",
+        rows, target, out_r = f"{x}[:-1]", "out[..., 1:]", "R + 1"
+        make_out = [
             "out = torch.empty((*a0.shape[:-1], R + 1), dtype=a0.dtype, device=a0.device)",
             "out[..., 0] = 0",
-            "block = min(BLOCK, max(16, triton.next_power_of_2(R)))",
-            launch.format(out="out[..., 1:]", out_r="R + 1"),
-            "return out",
         ]
     else:
-        body = [
-            f"if {guard}:  # the kernel scans the last, contiguous dimension",
-            f"    {fallback(forward)}",
-            f"a0 = {x}.contiguous()",
-            *([f"m0 = {p.mask}.contiguous()"] if p.mask else []),
-            "out = torch.empty_like(a0)",
-            "R = a0.shape[-1]",
-            "block = min(BLOCK, max(16, triton.next_power_of_2(R)))",
-            launch.format(out="out", out_r="R"),
-            "return out",
-        ]
+        rows, target, out_r = x, "out", "R"
+        make_out = ["out = torch.empty_like(a0)"]
+    body = [
+        f"if {guard}:  # the kernel scans the last, contiguous dimension",
+        f"    {fallback(forward)}",
+        f"a0 = {rows}.contiguous()",
+        *([f"m0 = {p.mask}.contiguous()"] if p.mask else []),
+        "R = a0.shape[-1]",
+        *make_out,
+        "block = min(BLOCK, max(16, triton.next_power_of_2(R)))",
+        f"scan_kernel[(a0.numel() // R,)](a0, {'m0, ' if p.mask else ''}{target}, R, {out_r}, "
+        "BLOCK=block, num_warps=NUM_WARPS)",
+        "return out",
+    ]
     tunables = [tunable("BLOCK", 2048, between(256, 16384)), tunable("NUM_WARPS", 8, WARPS)]
     what = ("reverse " if p.reverse else "") + ("exclusive " if p.exclusive else "")
     what += "row-dropping exclusive " if p.drop_last_row else ""
