@@ -22,7 +22,13 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from codevolve.problems.kernelbench.calls import Call, bind, canonical_call, constant_value, dotted
+from codevolve.problems.kernelbench.calls import (
+    Call,
+    bind,
+    canonical_call,
+    constant_value,
+    module_applied,
+)
 from codevolve.problems.kernelbench.expressions import BINOPS, Translator, elementwise, mentions
 from codevolve.problems.kernelbench.lowerings import NoTranslation, power
 from codevolve.problems.kernelbench.tree import Count, Input, Node, Op, Stat, op
@@ -233,17 +239,9 @@ def _reslot(node: Node, slot: int) -> Node:
 def match_two_pass(
     expr: ast.expr, tensors: Sequence[str], modules: dict[str, str]
 ) -> TwoPass | None:
-    if (
-        isinstance(expr, ast.Call)
-        and len(expr.args) == 1
-        and not expr.keywords
-        and isinstance(expr.func, ast.Attribute)
-        and dotted(expr.func.value) == "self"
-        and modules.get(expr.func.attr) == "LayerNorm"
-        and isinstance(x := expr.args[0], ast.Name)
-        and x.id in tensors
-    ):
-        return TwoPass(x.id, "layernorm", module=expr.func.attr)
+    applied = module_applied(expr, tensors, modules)
+    if applied is not None and applied[2] == "LayerNorm":
+        return TwoPass(applied[0], "layernorm", module=applied[1])
     if not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Div)):
         return None
     if not (isinstance(expr.left, ast.Name) and expr.left.id in tensors):
