@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # gemm-kernel-gpu steps on the GPU machine; outputs land in $OUT (default ./gpu-out). Usage:
-#   bash bench/gpu_kernel_run.sh STEP...   with STEP in setup tests variants evolve evaluate
+#   bash bench/gpu_kernel_run.sh STEP...   with STEP in setup tests variants tune evolve evaluate
 # setup installs the wheels of .whl/ (carried; see bench/gpu_device_run.sh for the download).
 # variants: every kernel variant per regime (bench/gpu_kernel.py variants).
+# tune: every candidate launch on every train and validation shape (bench/gpu_kernel_tune.py
+#   sweep, TUNE_S seconds at most, default 330), then the program composed from it: $OUT/tuned.txt.
 # evolve: `codevolve run gemm-kernel-gpu` for EVOLVE_WALL_S seconds (default 240), seed SEED; with
 #   RESUME=JOB it continues that job from $DB (default $OUT/kernel_evolve.sqlite); the best
 #   program goes to $OUT/kernel_evolved_best.py.
@@ -33,6 +35,11 @@ for step in "$@"; do
       timeout 400 python3 bench/gpu_kernel.py variants --out "$OUT/variants.json" \
         --program "$OUT/composed.py" 2>&1 | tee "$OUT/variants.log"
       ;;
+    tune)
+      timeout "${TUNE_S:-330}" python3 bench/gpu_kernel_tune.py sweep --out "$OUT/sweep.json" \
+        --samples "${TUNE_SAMPLES:-5}" --jobs "${TUNE_JOBS:-14}" 2>&1 | tee "$OUT/sweep.log" | tail -40
+      python3 bench/gpu_kernel_tune.py compose --sweep "$OUT/sweep.json" --program "$OUT/tuned.txt"
+      ;;
     evolve)
       # A GPU evaluation that compiles a new kernel variant takes up to ~90 s: the run finishes
       # the evaluations in flight after its wall budget. A resumed job keeps its stored options.
@@ -51,6 +58,7 @@ for step in "$@"; do
     evaluate)
       programs=(src/codevolve/problems/gemm_kernel_gpu/initial_program.txt bench/gpu_kernel_programs/*.txt)
       [ -s "$OUT/kernel_evolved_best.py" ] && programs+=("$OUT/kernel_evolved_best.py")
+      [ -s "$OUT/tuned.txt" ] && programs+=("$OUT/tuned.txt")
       timeout 300 python3 bench/gpu_kernel.py evaluate "${programs[@]}" --samples 30 \
         --seed ${SEED_EVAL:-2} --out "$OUT/kernel_evaluate.json" 2>&1 | tee "$OUT/kernel_evaluate.log"
       ;;

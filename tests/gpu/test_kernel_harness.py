@@ -29,6 +29,8 @@ VARIANT_ARGS = {
     "persistent": (64, 64, 64, 4, 3, 8),
     "tma": (64, 128, 64, 4, 3, 8),
     "tma_persistent": (128, 128, 64, 8, 3, 8, 1),
+    "tail_split": (64, 128, 64, 4, 4, 8),
+    "plain": (64, 64, 64, 4, 3, 8),
 }
 
 
@@ -73,7 +75,7 @@ def _edited(source: str, old: str, new: str) -> str:
     return source.replace(old, new)
 
 
-@pytest.mark.parametrize("variant", [None, "split_k", "persistent", "tma", "tma_persistent"])
+@pytest.mark.parametrize("variant", [None, *VARIANT_ARGS])
 def test_the_initial_program_and_every_variant_pass_the_check(
     variant: str | None, bench: Any, loader: Any
 ) -> None:

@@ -59,6 +59,13 @@ MIN_WORKSPACE = 1 << 24  # elements (64 MiB of fp32)
 # ratio of two such times is not the ratio of the kernels.
 SLOW_CUBLAS = 1.2
 RETRIES = 2
+# GPU clock cycles (about 0.2 ms on an H200) spent spinning before each cold-L2 flush of a timed
+# round, so that the host has queued the timed launch and its events long before the GPU reaches
+# them. Without it a timed round queues about fifteen small kernels besides the timed ones
+# (fresh inputs, poisoning, the output check), the GPU can drain the queue while the host is still
+# in the candidate's Python launch code, and the events then time launch latency: cuBLAS on
+# 70B_tp8.qkv M=1 measured 14 us in one process and 39-45 us in others.
+LEAD_CYCLES = 400_000
 
 
 class CandidateFault(WorkerError):
@@ -72,7 +79,7 @@ def workspace_elements(m: int, n: int) -> int:
 
 
 @dataclass(slots=True)
-class _Buffers:
+class Buffers:
     """One shape's buffers: inputs, the guarded output and the guarded workspace."""
 
     x: torch.Tensor
@@ -102,10 +109,10 @@ class _Buffers:
         return ""
 
 
-def _buffers(shape: Shape) -> _Buffers:
+def shape_buffers(shape: Shape) -> Buffers:
     m, n, k = shape
     ws = workspace_elements(m, n) + WORKSPACE_GUARD
-    return _Buffers(
+    return Buffers(
         x=torch.empty((m, k), dtype=torch.bfloat16, device="cuda"),
         w=torch.empty((n, k), dtype=torch.bfloat16, device="cuda"),
         guarded_y=torch.empty((m + 2 * GUARD_ROWS, n), dtype=torch.bfloat16, device="cuda"),
@@ -113,7 +120,7 @@ def _buffers(shape: Shape) -> _Buffers:
     )
 
 
-def _fill(buffers: _Buffers, distribution: str, gen: torch.Generator) -> None:
+def _fill(buffers: Buffers, distribution: str, gen: torch.Generator) -> None:
     """Fresh inputs in place: the same addresses, new values, no temporary tensors (an
     allocation inside the timed loop can stall the queue while the allocator frees and maps)."""
     k = buffers.x.shape[1]
@@ -146,7 +153,7 @@ class KernelBench:
         self._flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
         self._fastest_cublas: dict[Shape, float] = {}  # microseconds, per shape
 
-    def _call(self, launch: Launch, buffers: _Buffers) -> None:
+    def call(self, launch: Launch, buffers: Buffers) -> None:
         """One call of the candidate on the current stream; its own errors become a fault."""
         threads = threading.active_count()
         try:
@@ -159,7 +166,7 @@ class KernelBench:
 
     def check(self, launch: Launch, shape: Shape, gen: torch.Generator) -> str:
         """Why ``launch`` is wrong on ``shape`` (fresh inputs, three distributions), or ""."""
-        buffers = _buffers(shape)
+        buffers = shape_buffers(shape)
         for distribution in ("normal", "uniform", "small integers"):
             _fill(buffers, distribution, gen)
             x0, w0 = buffers.x.clone(), buffers.w.clone()
@@ -167,7 +174,7 @@ class KernelBench:
             atol = ATOL_OF_RMS * float(ref.pow(2).mean().sqrt())
             buffers.poison()
             try:
-                self._call(launch, buffers)
+                self.call(launch, buffers)
             except CandidateFault as fault:
                 return f"{distribution}: {fault}"
             # No synchronisation before this line: on the timed stream, after the call returned.
@@ -201,31 +208,38 @@ class KernelBench:
         # would allocate (and synchronise) between timed rounds. Measured: evaluations at the end
         # of a long process ran up to 3x slower for candidate and cuBLAS alike without it.
         torch.cuda.empty_cache()
-        buffers = _buffers(shape)
-        self._warm_up()
+        buffers = shape_buffers(shape)
+        self.warm_up()
         _fill(buffers, "normal", gen)
         buffers.poison()
         try:
             for _ in range(WARMUP_LAUNCHES):
-                self._call(launch, buffers)
+                self.call(launch, buffers)
                 torch.matmul(buffers.x, buffers.w.t())
         except CandidateFault as fault:
             return Timing(status="error", detail=str(fault))
-        m = shape[0]
+        return self.timed_rounds(launch, buffers, gen, samples=samples)
+
+    def timed_rounds(
+        self, launch: Launch, buffers: Buffers, gen: torch.Generator, *, samples: int
+    ) -> Timing:
+        """``samples`` alternating rounds on warm buffers: fresh inputs, a GPU-side lead and a
+        cold L2 before each timed launch, each round's output checked against its cuBLAS's."""
+        m = buffers.x.shape[0]
         events = [torch.cuda.Event(enable_timing=True) for _ in range(4 * samples)]  # type: ignore[no-untyped-call]
         problems: list[torch.Tensor] = []
         for rep in range(samples):
             _fill(buffers, "normal", gen)
             buffers.poison()
             e = events[4 * rep : 4 * rep + 4]
-            self._flush.zero_()
+            self._cold_start()
             e[0].record()
             try:
-                self._call(launch, buffers)
+                self.call(launch, buffers)
             except CandidateFault as fault:
                 return Timing(status="error", detail=str(fault))
             e[1].record()
-            self._flush.zero_()
+            self._cold_start()
             e[2].record()
             ref = torch.matmul(buffers.x, buffers.w.t())
             e[3].record()
@@ -238,7 +252,12 @@ class KernelBench:
             return Timing(status="incorrect", detail=detail)
         return alternating_timing(events, samples)
 
-    def _warm_up(self) -> None:
+    def _cold_start(self) -> None:
+        """Queue a spin (the host's lead, :data:`LEAD_CYCLES`) and an L2 flush."""
+        torch.cuda._sleep(LEAD_CYCLES)
+        self._flush.zero_()
+
+    def warm_up(self) -> None:
         end = time.perf_counter() + SHAPE_WARMUP_S
         while time.perf_counter() < end:
             for _ in range(20):

@@ -63,6 +63,8 @@ VARIANTS: dict[str, Variant] = {
         _variant("persistent", _GROUP),
         _variant("tma", _GROUP),
         _variant("tma_persistent", _GROUP, ("flatten", (0, 1))),
+        _variant("tail_split", _GROUP),
+        _variant("plain", _GROUP),
     )
 }
 # Regimes a dispatch rule can cover, as the condition it tests (shapes.py's regimes, M alone).

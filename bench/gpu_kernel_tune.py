@@ -1,0 +1,308 @@
+"""gemm-kernel-gpu: every kernel launch on every selection shape, and the program chosen from it.
+
+    python bench/gpu_kernel_tune.py sweep --out sweep.json [--samples 5] [--jobs 14]
+        Each candidate launch of LAUNCHES (per M range) on each train and validation shape, never
+        a test shape: the distinct kernels compiled first in --jobs processes (they fill Triton's
+        disk cache), then per shape every launch checked on fresh inputs (three distributions)
+        and timed against cuBLAS in the harness's alternating rounds.
+    python bench/gpu_kernel_tune.py compose --sweep sweep.json --program tuned.txt
+        (no GPU) Per projection, the fastest launch at each selection M, dispatched by M with
+        bounds at the geometric midpoints between neighbouring selection Ms (merged where the
+        launch repeats). A test shape's M gets the launch of its nearest selection M.
+
+Selection sees the 44 train and 96 validation shapes; the 44 test shapes are measured first by
+``bench/gpu_kernel.py evaluate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from codevolve.problems.gemm_kernel_gpu.kernel_source import (
+    VARIANTS,
+    add_rule,
+    apply_hunks,
+    initial_program,
+)
+from codevolve.problems.gemm_tiling.shapes import GemmShape, train_shapes, validation_shapes
+
+Launch = tuple[str, tuple[int, ...]]  # (variant, parameters)
+
+
+def _grid(name: str, *params: tuple[int, ...]) -> list[Launch]:
+    return [(name, p) for p in params]
+
+
+# Candidate launches per M range (lowest M, highest M): tile shapes and depths a kernel engineer
+# would try on Hopper for each regime, the same for every projection.
+LAUNCHES: list[tuple[int, int, list[Launch]]] = [
+    (1, 16, [
+        *_grid("plain", *((16, n, 128, w, s, 1) for n in (32, 64, 128) for w in (2, 4)
+                          for s in (3, 5))),
+        *_grid("plain", (16, 64, 64, 4, 5, 1), (16, 32, 64, 2, 5, 1)),
+        *_grid("split_k", *((16, n, 128, 4, 4, k) for n in (32, 64, 128) for k in (2, 4, 8))),
+        *_grid("split_k", (16, 32, 128, 2, 5, 4), (16, 64, 128, 4, 3, 16)),
+        *_grid("tail_split", (16, 32, 128, 4, 4, 1), (16, 64, 128, 4, 4, 1),
+               (16, 128, 128, 4, 4, 1), (16, 64, 128, 4, 5, 1)),
+        *_grid("persistent", (16, 64, 128, 4, 5, 1)),
+    ]),
+    (17, 1024, [
+        *_grid("plain", *((m, n, k, 4, s, 8) for m, n in ((32, 64), (64, 64), (64, 128))
+                          for k in (64, 128) for s in (3, 4))),
+        *_grid("plain", (128, 128, 64, 4, 3, 8), (128, 128, 64, 4, 4, 8), (128, 128, 64, 8, 4, 8),
+               (64, 256, 64, 8, 3, 8)),
+        *_grid("tma", (64, 128, 64, 4, 4, 8), (64, 128, 128, 4, 3, 8), (128, 128, 64, 4, 4, 8),
+               (128, 128, 64, 8, 4, 8), (128, 256, 64, 8, 3, 8), (64, 256, 64, 4, 3, 8)),
+        *_grid("tma_persistent", (128, 128, 64, 4, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1),
+               (64, 128, 64, 4, 4, 8, 1), (128, 128, 64, 8, 4, 8, 1)),
+        *_grid("tail_split", (64, 64, 128, 4, 4, 8), (64, 128, 64, 4, 4, 8),
+               (64, 256, 64, 4, 3, 8), (128, 128, 64, 4, 4, 8), (128, 128, 64, 8, 4, 8),
+               (128, 256, 64, 8, 3, 8)),
+        *_grid("split_k", (32, 64, 128, 4, 4, 2), (64, 64, 128, 4, 4, 2), (64, 64, 128, 4, 4, 4),
+               (64, 128, 128, 4, 4, 2)),
+    ]),
+    (384, 8192, [
+        *_grid("tma_persistent", *((128, 256, 64, 8, 3, g, f) for g in (4, 8) for f in (0, 1))),
+        *_grid("tma_persistent", (128, 128, 64, 4, 4, 8, 1), (128, 128, 64, 8, 4, 8, 1),
+               (256, 128, 64, 8, 3, 8, 1), (128, 128, 128, 8, 3, 8, 1), (128, 64, 64, 4, 4, 8, 1)),
+        *_grid("tail_split", (128, 256, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8),
+               (128, 128, 64, 4, 4, 8)),
+        *_grid("tma", (128, 256, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8)),
+        *_grid("plain", (128, 256, 64, 8, 3, 8)),
+    ]),
+]  # fmt: skip
+
+
+def launches_for(m: int) -> list[Launch]:
+    seen: dict[Launch, None] = {}
+    for low, high, launches in LAUNCHES:
+        if low <= m <= high:
+            seen.update(dict.fromkeys(launches))
+    return list(seen)
+
+
+def selection_shapes() -> list[GemmShape]:
+    return sorted(train_shapes() + validation_shapes(), key=lambda s: (s.projection, s.m))
+
+
+def sweep_program() -> str:
+    """The initial program with every variant's kernels and launcher (never dispatched to: the
+    sweep calls the launchers directly)."""
+    source = initial_program()
+    for name, variant in VARIANTS.items():
+        hunks = add_rule(source, "False", variant, (0,) * len(variant.params))
+        if hunks is None:
+            raise SystemExit(f"cannot add the {name} variant")
+        source = apply_hunks(source, hunks)
+    return source
+
+
+def _key(shape: GemmShape) -> str:
+    return f"{shape.projection} M={shape.m}"
+
+
+def _label(launch: Launch) -> str:
+    return f"{launch[0]} {','.join(map(str, launch[1]))}"
+
+
+def _unlabel(label: str) -> Launch:
+    name, params = label.split(" ")
+    return name, tuple(int(p) for p in params.split(","))
+
+
+def _precompile(shapes: list[tuple[int, int, int]]) -> list[str]:
+    """Every launch of each shape once, in this process: Triton compiles into its disk cache
+    what the sweep's process then only loads."""
+    import torch
+
+    from codevolve.evaluator_workers.gpu.kernel_bench import shape_buffers
+    from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader
+
+    entry = KernelLoader().load(sweep_program())
+    if not callable(entry):
+        return [str(entry)]
+    problems = []
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for dims in shapes:
+        buffers = shape_buffers(dims)
+        for name, params in launches_for(dims[0]):
+            try:
+                entry.__globals__[f"launch_{name}"](
+                    buffers.x, buffers.w, buffers.y, buffers.workspace, sms, *params
+                )
+                torch.cuda.synchronize()
+            except Exception as exc:  # noqa: BLE001 - reported; the sweep records it per shape
+                problem = f"{_label((name, params))} {dims}: {type(exc).__name__}: {exc}"
+                problems.append(problem[:300])
+        del buffers
+        torch.cuda.empty_cache()
+    return problems
+
+
+def precompile(shapes: list[GemmShape], processes: int) -> None:
+    """Compile every launch of every shape, the shapes dealt round-robin to ``processes``
+    processes (arguments Triton specialises on, such as a persistent grid's program count,
+    depend on M: each shape is launched as it will be timed)."""
+    started = time.perf_counter()
+    dims = [(s.m, s.n, s.k) for s in sorted(shapes, key=lambda s: s.m * s.n)]
+    chunks = [dims[i::processes] for i in range(processes)]
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        problems = [p for found in pool.map(_precompile, chunks) for p in found]
+    print(f"precompiled {len(dims)} shapes' launches in {time.perf_counter() - started:.0f} s "
+          f"({processes} processes); {len(problems)} launches raised", flush=True)  # fmt: skip
+    for problem in problems[:20]:
+        print("  ", problem, flush=True)
+
+
+def sweep(args: argparse.Namespace) -> None:
+    import torch
+
+    from codevolve.evaluator_workers.gpu.gemm_bench import WARMUP_LAUNCHES, device_info
+    from codevolve.evaluator_workers.gpu.kernel_bench import (
+        CandidateFault,
+        KernelBench,
+        shape_buffers,
+    )
+    from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader
+
+    shapes = selection_shapes()
+    if args.only:
+        shapes = [s for s in shapes if any(part in _key(s) for part in args.only.split(";"))]
+    if args.jobs > 1:
+        precompile(shapes, args.jobs)
+    bench = KernelBench()
+    entry = KernelLoader().load(sweep_program())
+    if not callable(entry):
+        raise SystemExit(f"the sweep program does not load: {entry}")
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(args.seed)
+    report: dict[str, Any] = {"device": device_info(), "samples": args.samples, "shapes": {}}
+    started = time.perf_counter()
+    for count, shape in enumerate(shapes, 1):
+        dims = (shape.m, shape.n, shape.k)
+        results: dict[str, Any] = {}
+        torch.cuda.empty_cache()
+        buffers = shape_buffers(dims)
+        bench.warm_up()
+        for launch in launches_for(shape.m):
+            launcher = entry.__globals__[f"launch_{launch[0]}"]
+
+            def call(x: Any, w: Any, y: Any, ws: Any, sms: int, _f: Any = launcher,
+                     _p: tuple[int, ...] = launch[1]) -> Any:  # fmt: skip
+                return _f(x, w, y, ws, sms, *_p)
+
+            problem = bench.check(call, dims, gen)
+            if problem:
+                results[_label(launch)] = {"error": problem[:200]}
+                continue
+            try:
+                for _ in range(WARMUP_LAUNCHES):
+                    bench.call(call, buffers)
+            except CandidateFault as fault:
+                results[_label(launch)] = {"error": str(fault)[:200]}
+                continue
+            timing = bench.timed_rounds(call, buffers, gen, samples=args.samples)
+            if timing.status != "ok":
+                results[_label(launch)] = {"error": timing.detail[:200]}
+                continue
+            results[_label(launch)] = {"t_us": timing.t_us, "cublas_us": timing.cublas_us}
+        report["shapes"][_key(shape)] = results
+        timed = {k: v for k, v in results.items() if "t_us" in v}
+        if timed:
+            best = min(timed, key=lambda k: timed[k]["t_us"])
+            cublas = statistics_median([v["cublas_us"] for v in timed.values()])
+            print(f"[{count}/{len(shapes)} {time.perf_counter() - started:.0f} s] {_key(shape)}: "
+                  f"best {best} {cublas / timed[best]['t_us']:.3f} of cuBLAS; "
+                  f"{len(results) - len(timed)} of {len(results)} failed", flush=True)  # fmt: skip
+        Path(args.out).write_text(json.dumps(report, indent=1))
+
+
+def statistics_median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def best_launches(report: dict[str, Any]) -> dict[str, dict[int, tuple[Launch, float]]]:
+    """Per projection, per selection M: the fastest launch and its ratio to cuBLAS (the
+    shape's cuBLAS time is the median over all its rounds, every launch's alike)."""
+    out: dict[str, dict[int, tuple[Launch, float]]] = defaultdict(dict)
+    for key, results in report["shapes"].items():
+        projection, m = key.split(" M=")
+        timed = {k: v for k, v in results.items() if "t_us" in v}
+        if not timed:
+            continue
+        cublas = statistics_median([v["cublas_us"] for v in timed.values()])
+        label = min(timed, key=lambda k: timed[k]["t_us"])
+        out[projection][int(m)] = (_unlabel(label), cublas / timed[label]["t_us"])
+    return dict(out)
+
+
+def dispatch_rules(report: dict[str, Any]) -> list[tuple[str, str, tuple[int, ...]]]:
+    """Rules (condition, variant, parameters), first match wins: per projection, M ranges."""
+    from codevolve.problems.gemm_tiling.shapes import PROJECTIONS
+
+    dims = {p.name: (p.n, p.k) for p in PROJECTIONS}
+    rules: list[tuple[str, str, tuple[int, ...]]] = []
+    for projection, per_m in sorted(best_launches(report).items()):
+        n, k = dims[projection]
+        ms = sorted(per_m)
+        runs: list[tuple[int, Launch]] = []  # (highest selection M of the run, launch)
+        for m in ms:
+            if runs and runs[-1][1] == per_m[m][0]:
+                runs[-1] = (m, runs[-1][1])
+            else:
+                runs.append((m, per_m[m][0]))
+        for i, (high, launch) in enumerate(runs):
+            if i == len(runs) - 1:
+                condition = f"N == {n} and K == {k}"
+            else:
+                following = ms[ms.index(high) + 1]
+                bound = math.isqrt(high * following)  # the geometric midpoint, rounded down
+                condition = f"M <= {bound} and N == {n} and K == {k}"
+            rules.append((condition, launch[0], launch[1]))
+    return rules
+
+
+def compose(args: argparse.Namespace) -> None:
+    report = json.loads(Path(args.sweep).read_text())
+    for projection, per_m in sorted(best_launches(report).items()):
+        cells = " ".join(f"{m}:{launch[0]}{list(launch[1])}={r:.2f}" for m, (launch, r) in
+                         sorted(per_m.items()))  # fmt: skip
+        print(projection, cells)
+    source = initial_program()
+    for condition, name, params in reversed(dispatch_rules(report)):
+        hunks = add_rule(source, condition, VARIANTS[name], params)
+        if hunks is None:
+            raise SystemExit(f"cannot add {name} {params} under {condition}")
+        source = apply_hunks(source, hunks)
+    Path(args.program).write_text(source)
+    print(f"wrote {args.program}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    one = sub.add_parser("sweep")
+    one.add_argument("--out", default="sweep.json")
+    one.add_argument("--samples", type=int, default=5)
+    one.add_argument("--seed", type=int, default=3)
+    one.add_argument("--jobs", type=int, default=14)
+    one.add_argument("--only", default="", help="';'-separated parts of shape keys to keep")
+    two = sub.add_parser("compose")
+    two.add_argument("--sweep", required=True)
+    two.add_argument("--program", default="tuned.txt")
+    args = parser.parse_args()
+    {"sweep": sweep, "compose": compose}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

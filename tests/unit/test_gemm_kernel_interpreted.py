@@ -1,0 +1,87 @@
+"""gemm-kernel-gpu's kernel variants run in Triton's interpreter on the CPU (TRITON_INTERPRET=1,
+bf16 ``tl.dot`` fixed by tests/cli/bf16_dot_interpreter.py), in a subprocess: each variant's
+program writes x @ w.T into a NaN-filled output with a NaN-filled workspace, on small shapes whose
+tile counts leave a partial last wave over the few "SMs" passed in, so that tail_split's split
+tiles and its reduction run. The GPU tests (tests/gpu/test_kernel_harness.py) judge the same
+variants on the device."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codevolve.problems.gemm_kernel_gpu.kernel_source import (
+    VARIANTS,
+    add_rule,
+    apply_hunks,
+    initial_program,
+)
+
+pytest.importorskip("triton")
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+# (M, N, K, SMs), 16 x 32 tiles: 6 tiles over 5 SMs leave 1 tail tile, split 3 ways (K has 3
+# steps); 1 tile over 3 SMs, split 3 ways with K = 200 not a multiple of 32; 6 tiles over 4 SMs,
+# 2 tail tiles split 2 ways; 9 tiles over 3 SMs, no tail; 2 tiles over 7 SMs, split 2 ways.
+SPLIT = [(17, 80, 96, 5), (16, 32, 200, 3), (48, 64, 512, 4), (1, 40, 64, 7)]
+SHAPES = [(17, 80, 96, 5), (16, 32, 200, 3), (48, 64, 512, 4), (40, 96, 160, 3), (1, 40, 64, 7)]
+ARGS = {"tail_split": (16, 32, 32, 4, 3, 2), "plain": (16, 32, 32, 4, 3, 2)}
+
+SCRIPT = """
+import importlib.util, json, math, sys
+import tests.cli.bf16_dot_interpreter  # noqa: F401
+import torch
+spec = importlib.util.spec_from_file_location("program", sys.argv[1])
+program = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(program)
+torch.manual_seed(0)
+errors = []
+for m, n, k, sms in json.loads(sys.argv[2]):
+    x = torch.randn(m, k).to(torch.bfloat16)
+    w = (torch.randn(n, k) / math.sqrt(k)).to(torch.bfloat16)
+    y = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    workspace = torch.full((max(4 * m * n, 1 << 14),), float("nan"))
+    program.matmul(x, w, y, workspace, sms)
+    ref = x.float() @ w.float().t()
+    error = (y.float() - ref).abs().max().item()  # NaN if anything was left unwritten
+    if not error <= 0.016 * ref.abs().max().item() + 1e-3:
+        errors.append([m, n, k, sms, error])
+print(json.dumps(errors))
+"""
+
+
+def _program(variant: str, args: tuple[int, ...]) -> str:
+    source = initial_program()
+    return apply_hunks(source, add_rule(source, "True", VARIANTS[variant], args) or [])
+
+
+def _errors(source: str, tmp_path: Path) -> list[list[float]]:
+    path = tmp_path / "program.py"
+    path.write_text(source)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(path), json.dumps(SHAPES)],
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("variant", list(ARGS))
+def test_the_variant_computes_the_product(variant: str, tmp_path: Path) -> None:
+    assert _errors(_program(variant, ARGS[variant]), tmp_path) == []
+
+
+def test_a_tail_split_that_drops_a_piece_of_the_split_tiles_is_wrong(tmp_path: Path) -> None:
+    source = _program("tail_split", ARGS["tail_split"])
+    dropped = source.replace("for piece in range(0, splits):", "for piece in range(1, splits):")
+    assert dropped != source
+    wrong = _errors(dropped, tmp_path)
+    # Only the shapes whose tail tiles are split go wrong: the split path ran on those.
+    assert sorted(tuple(shape[:4]) for shape in wrong) == sorted(SPLIT)
