@@ -254,7 +254,7 @@ class KernelBench:
 
     def _cold_start(self) -> None:
         """Queue a spin (the host's lead, :data:`LEAD_CYCLES`) and an L2 flush."""
-        torch.cuda._sleep(LEAD_CYCLES)
+        torch.cuda._sleep(LEAD_CYCLES)  # type: ignore[no-untyped-call]
         self._flush.zero_()
 
     def warm_up(self) -> None:
