@@ -234,3 +234,46 @@ def test_the_problem_stages_judge_a_program_on_the_device() -> None:
         failed = probe_stage().run_on(_Source(wrong), device, rng)
         assert not failed.passed and "wrong result" in (failed.error or ""), failed.error
         assert device.restarts == 0
+
+
+def _cache_entries() -> set[str]:
+    import os
+    from pathlib import Path
+
+    root = Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+    return {str(p) for p in root.rglob("*.cubin")} if root.exists() else set()
+
+
+def test_kernels_compiled_ahead_in_helpers_are_only_loaded_here(
+    bench: Any, loader: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from codevolve.evaluator_workers.gpu import kernel_compile
+    from codevolve.evaluator_workers.gpu.kernel_loader import source_digest
+
+    # Kernels no earlier run compiled: Triton keys its cache by the kernel's source text.
+    source = _program("tail_split").replace(
+        "    in_tail = pid >= full_tiles", f"    in_tail = pid >= full_tiles  # {time.time_ns()}"
+    )
+    assert source != _program("tail_split")
+    shapes = [(37, 320, 200), (100, 384, 512)]
+    compiler = kernel_compile.KernelCompiler(2)
+    try:
+        before = _cache_entries()
+        assert compiler.compile_ahead(source, source_digest(source), shapes) == 2
+        after = _cache_entries()
+        assert after - before, "the helpers compiled nothing"
+        assert compiler.compile_ahead(source, source_digest(source), shapes) == 0  # done already
+        launch = loader.load(source)
+        for shape in shapes:
+            assert bench.check(launch, shape, _gen()) == ""
+        assert _cache_entries() == after, "this process compiled what the helpers had compiled"
+        # A host loop that never ends is cut at the timeout; the pool starts again after it.
+        monkeypatch.setattr(kernel_compile, "COMPILE_TIMEOUT_S", 20.0)
+        endless = source.replace(
+            '    """y = x @ w.T: pick', '    while True:\n        pass\n    """y = '
+        )
+        assert endless != source
+        assert compiler.compile_ahead(endless, source_digest(endless), shapes) == 0
+        assert compiler.compile_ahead(source, source_digest(source), [(1, 1280, 8192)]) == 1
+    finally:
+        compiler.close()

@@ -7,7 +7,8 @@ Every shape of ``check_shapes`` (ragged ones, say), then of ``shapes``, is check
 inputs, three distributions); the first wrong shape ends the job (its problem is the last entry
 of ``problems``, nothing is timed). Then, when ``time`` is set, every shape of ``shapes`` is
 timed against cuBLAS in the order given. Loading and compiling happen once per distinct source
-in this process (kernel_loader.py).
+in this process (kernel_loader.py); a source's kernels are first compiled in parallel helper
+processes (kernel_compile.py), ``compiled_ahead`` counting the shapes sent to them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import torch
 from codevolve.evaluator_workers.errors import WorkerError
 from codevolve.evaluator_workers.gpu.gemm_bench import Shape, device_info, timing_dict
 from codevolve.evaluator_workers.gpu.kernel_bench import KernelBench
-from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader, LoadError
+from codevolve.evaluator_workers.gpu.kernel_compile import KernelCompiler, compile_workers
+from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader, LoadError, source_digest
 
 MEASURE_JOB = "kernel.measure"
 
@@ -33,6 +35,11 @@ class KernelJobError(WorkerError):
 @functools.cache
 def _loader() -> KernelLoader:
     return KernelLoader()
+
+
+@functools.cache
+def _compiler() -> KernelCompiler:
+    return KernelCompiler(compile_workers())
 
 
 @functools.cache
@@ -67,6 +74,11 @@ def measure(payload: Any) -> Any:
     if isinstance(launch, LoadError):
         reply["load_error"] = launch.message
         return reply
+    # After the load: the loader has scrubbed the environment the helpers inherit.
+    compiled = _compiler().compile_ahead(
+        payload["source"], source_digest(payload["source"]), checked
+    )
+    reply["compiled_ahead"] = compiled
     gen = torch.Generator(device="cuda")
     gen.manual_seed(seed)
     bench = _bench()

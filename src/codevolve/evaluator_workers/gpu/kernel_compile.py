@@ -1,0 +1,124 @@
+"""Compiling a candidate's Triton kernels ahead, in parallel, before the device process runs it.
+
+Triton compiles a kernel the first time a launch needs it, one at a time, in the process that
+launches it: a gemm-kernel-gpu child that brings a new kernel family or new tile configs spent
+40-100 s compiling in the device process before its first check. Here a new source is first run in
+a pool of helper processes (kept warm, ``spawn``ed by the device process) with every Triton launch
+turned into a compile-only warmup: the candidate's ``matmul`` runs on the job's shapes, on empty
+buffers shaped as the harness's, and each kernel it would launch is compiled into Triton's disk
+cache and never run. The device process's own launches then load the compiled kernels.
+
+The helpers run the candidate's host code, so they load it as the device process does
+(kernel_loader.py: restricted builtins and imports, scrubbed environment inherited from the device
+process). What they compute is never used; a host loop that does not end is cut at
+:data:`COMPILE_TIMEOUT_S` by terminating the pool (the device process then compiles what is left
+itself, under its own job timeout).
+
+Imported only in the device process (needs torch and Triton).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import multiprocessing
+import os
+from collections.abc import Sequence
+from multiprocessing.pool import Pool
+from typing import Any
+
+from codevolve.evaluator_workers.gpu.gemm_bench import Shape
+
+log = logging.getLogger(__name__)
+
+WORKERS_ENV = "CODEVOLVE_KERNEL_COMPILE_WORKERS"
+# Helper processes per device process; two device processes on one machine share its cores.
+DEFAULT_WORKERS = max(0, min(8, ((os.cpu_count() or 2) - 2) // 2))
+COMPILE_TIMEOUT_S = 240.0
+DIGESTS_KEPT = 256  # sources remembered (as the loader keeps modules)
+
+
+def compile_workers(environ: Any = os.environ) -> int:
+    """How many helpers (``CODEVOLVE_KERNEL_COMPILE_WORKERS``; 0 or 1: compile in place)."""
+    raw = environ.get(WORKERS_ENV, "")
+    return int(raw) if raw.strip().isdigit() else DEFAULT_WORKERS
+
+
+class KernelCompiler:
+    """A warm pool of helper processes that compile a source's kernels for given shapes."""
+
+    def __init__(self, workers: int) -> None:
+        self._workers = workers
+        self._pool: Pool | None = None
+        self._done: dict[str, set[Shape]] = {}  # per source digest, the shapes compiled ahead
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool = None
+
+    def compile_ahead(self, source: str, digest: str, shapes: Sequence[Shape]) -> int:
+        """Compile ``source``'s launches on those of ``shapes`` not compiled ahead for it yet,
+        in the helpers; how many shapes were sent (0: no pool, nothing new, or cut at the
+        timeout)."""
+        done = self._done.setdefault(digest, set())
+        new = [s for s in dict.fromkeys(shapes) if s not in done]
+        if self._workers < 2 or not new:
+            return 0
+        done.update(new)
+        if len(self._done) > DIGESTS_KEPT:
+            self._done.pop(next(iter(self._done)))
+        if self._pool is None:
+            context = multiprocessing.get_context("spawn")
+            self._pool = context.Pool(self._workers, initializer=_compile_only)
+        chunks = [(source, new[i :: self._workers]) for i in range(self._workers)]
+        pending = self._pool.starmap_async(_compile_shapes, [c for c in chunks if c[1]])
+        try:
+            pending.get(timeout=COMPILE_TIMEOUT_S)
+        except multiprocessing.TimeoutError:
+            log.warning("compiling ahead took over %.0f s; helpers restarted", COMPILE_TIMEOUT_S)
+            self.close()
+            return 0
+        return len(new)
+
+
+def _compile_only() -> None:
+    """Helper start-up: Triton launches compile (``warmup``) and return without running."""
+    from triton.runtime.jit import JITFunction
+
+    launch = JITFunction.run
+
+    def compile_only(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        return launch(self, *args, grid=grid, warmup=True, **kwargs)
+
+    JITFunction.run = compile_only
+
+
+@functools.cache
+def _loader() -> Any:
+    from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader
+
+    return KernelLoader()
+
+
+def _compile_shapes(source: str, shapes: list[Shape]) -> int:
+    """In a helper: the candidate's launch on each shape (compile-only); how many returned."""
+    import torch
+
+    from codevolve.evaluator_workers.gpu.kernel_bench import shape_buffers
+
+    launch = _loader().load(source)
+    if not callable(launch):
+        return 0
+    sms = int(torch.cuda.get_device_properties(0).multi_processor_count)
+    done = 0
+    for shape in shapes:
+        buffers = shape_buffers(shape)
+        try:
+            launch(buffers.x, buffers.w, buffers.y, buffers.workspace, sms)
+            done += 1
+        except Exception:  # noqa: BLE001 - the device process runs it again and reports it
+            pass
+        del buffers
+        torch.cuda.empty_cache()  # one shape's buffers at a time: helpers share the GPU
+    return done
