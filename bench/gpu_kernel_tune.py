@@ -17,6 +17,7 @@ Selection sees the 44 train and 96 validation shapes; the 44 test shapes are mea
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import multiprocessing
@@ -231,53 +232,73 @@ def statistics_median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def best_launches(report: dict[str, Any]) -> dict[str, dict[int, tuple[Launch, float]]]:
-    """Per projection, per selection M: the fastest launch and its ratio to cuBLAS (the
-    shape's cuBLAS time is the median over all its rounds, every launch's alike)."""
-    out: dict[str, dict[int, tuple[Launch, float]]] = defaultdict(dict)
+def ratios(report: dict[str, Any]) -> dict[str, dict[int, dict[Launch, float]]]:
+    """Per projection, per selection M, per launch that passed: t_cuBLAS / t (the shape's cuBLAS
+    time is the median over all its launches' rounds)."""
+    out: dict[str, dict[int, dict[Launch, float]]] = defaultdict(dict)
     for key, results in report["shapes"].items():
         projection, m = key.split(" M=")
         timed = {k: v for k, v in results.items() if "t_us" in v}
-        if not timed:
-            continue
-        cublas = statistics_median([v["cublas_us"] for v in timed.values()])
-        label = min(timed, key=lambda k: timed[k]["t_us"])
-        out[projection][int(m)] = (_unlabel(label), cublas / timed[label]["t_us"])
+        if timed:
+            cublas = statistics_median([v["cublas_us"] for v in timed.values()])
+            out[projection][int(m)] = {_unlabel(k): cublas / v["t_us"] for k, v in timed.items()}
     return dict(out)
 
 
+def _best(candidates: list[dict[Launch, float]]) -> tuple[Launch, float]:
+    """The launch with the best geomean over ``candidates`` (measured in all of them; there is
+    one at least)."""
+    common = set.intersection(*(set(c) for c in candidates))
+    score = {launch: _geomean([c[launch] for c in candidates]) for launch in common}
+    launch = max(sorted(score), key=lambda launch: score[launch])
+    return launch, score[launch]
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _extend(runs: list[tuple[int, Launch]], high: int, launch: Launch) -> None:
+    """Serve M up to ``high`` with ``launch`` too: the last run grows, or a new one starts."""
+    runs[-1:] = [(high, launch)] if runs[-1][1] == launch else [runs[-1], (high, launch)]
+
+
 def dispatch_rules(report: dict[str, Any]) -> list[tuple[str, str, tuple[int, ...]]]:
-    """Rules (condition, variant, parameters), first match wins: per projection, M ranges."""
+    """Rules (condition, variant, parameters), first match wins. Per projection, its selection
+    Ms cut the M axis into intervals; M up to the first selection M gets the launch fastest
+    there, and each interval (m_i, m_i+1] the launch with the best geomean over its two ends: an
+    M between two selection Ms (every test M) gets a launch measured good on both sides, not
+    only on the nearer one (a tile count that fills the SMs at one M can leave a partial wave
+    at the next)."""
     from codevolve.problems.gemm_tiling.shapes import PROJECTIONS
 
     dims = {p.name: (p.n, p.k) for p in PROJECTIONS}
     rules: list[tuple[str, str, tuple[int, ...]]] = []
-    for projection, per_m in sorted(best_launches(report).items()):
+    for projection, per_m in sorted(ratios(report).items()):
         n, k = dims[projection]
         ms = sorted(per_m)
-        runs: list[tuple[int, Launch]] = []  # (highest selection M of the run, launch)
-        for m in ms:
-            if runs and runs[-1][1] == per_m[m][0]:
-                runs[-1] = (m, runs[-1][1])
-            else:
-                runs.append((m, per_m[m][0]))
+        runs = [(ms[0], _best([per_m[ms[0]]])[0])]  # (highest M of the run, launch)
+        for low, high in itertools.pairwise(ms):
+            if set(per_m[low]) & set(per_m[high]):
+                _extend(runs, high, _best([per_m[low], per_m[high]])[0])
+            else:  # two regimes' candidates (M = 16 | 24): each end's best to the midpoint
+                _extend(runs, math.isqrt(low * high), _best([per_m[low]])[0])
+                _extend(runs, high, _best([per_m[high]])[0])
         for i, (high, launch) in enumerate(runs):
-            if i == len(runs) - 1:
-                condition = f"N == {n} and K == {k}"
-            else:
-                following = ms[ms.index(high) + 1]
-                bound = math.isqrt(high * following)  # the geometric midpoint, rounded down
-                condition = f"M <= {bound} and N == {n} and K == {k}"
-            rules.append((condition, launch[0], launch[1]))
+            last = i == len(runs) - 1
+            bound = "" if last else f"M <= {high} and "
+            rules.append((f"{bound}N == {n} and K == {k}", launch[0], launch[1]))
     return rules
 
 
 def compose(args: argparse.Namespace) -> None:
     report = json.loads(Path(args.sweep).read_text())
-    for projection, per_m in sorted(best_launches(report).items()):
-        cells = " ".join(f"{m}:{launch[0]}{list(launch[1])}={r:.2f}" for m, (launch, r) in
-                         sorted(per_m.items()))  # fmt: skip
-        print(projection, cells)
+    for projection, per_m in sorted(ratios(report).items()):
+        cells = []
+        for m, launches in sorted(per_m.items()):
+            launch, ratio = _best([launches])
+            cells.append(f"{m}:{_label(launch)}={ratio:.2f}")
+        print(projection, " ".join(cells))
     source = initial_program()
     for condition, name, params in reversed(dispatch_rules(report)):
         hunks = add_rule(source, condition, VARIANTS[name], params)
