@@ -56,7 +56,9 @@ for step in "$@"; do
       python3 -m codevolve.services.cli best --db "$DB" "$job" > "$OUT/kernel_evolved_best.py"
       ;;
     evaluate)
-      programs=(src/codevolve/problems/gemm_kernel_gpu/initial_program.txt bench/gpu_kernel_programs/*.txt)
+      # EVAL_PROGRAMS: the stored programs to measure (default: all of bench/gpu_kernel_programs).
+      programs=(src/codevolve/problems/gemm_kernel_gpu/initial_program.txt
+        ${EVAL_PROGRAMS:-bench/gpu_kernel_programs/*.txt})
       [ -s "$OUT/kernel_evolved_best.py" ] && programs+=("$OUT/kernel_evolved_best.py")
       [ -s "$OUT/tuned.txt" ] && programs+=("$OUT/tuned.txt")
       timeout 300 python3 bench/gpu_kernel.py evaluate "${programs[@]}" --samples 30 \

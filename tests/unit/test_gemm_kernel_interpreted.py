@@ -26,12 +26,13 @@ pytest.importorskip("triton")
 torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
-# (M, N, K, SMs), 16 x 32 tiles: 6 tiles over 5 SMs leave 1 tail tile, split 3 ways (K has 3
-# steps); 1 tile over 3 SMs, split 3 ways with K = 200 not a multiple of 32; 6 tiles over 4 SMs,
-# 2 tail tiles split 2 ways; 9 tiles over 3 SMs, no tail; 2 tiles over 7 SMs, split 2 ways.
-SPLIT = [(17, 80, 96, 5), (16, 32, 200, 3), (48, 64, 512, 4), (1, 40, 64, 7)]
-SHAPES = [(17, 80, 96, 5), (16, 32, 200, 3), (48, 64, 512, 4), (40, 96, 160, 3), (1, 40, 64, 7)]
-ARGS = {"tail_split": (16, 32, 32, 4, 3, 2), "plain": (16, 32, 32, 4, 3, 2)}
+# (M, N, K, SMs), tail_split's 32 x 32 tiles (two 16-row chunks to sum): 3 tiles over 5 SMs,
+# split 3 ways (K has 3 steps); 1 tile over 3 SMs, split 3 ways, K = 200 not a multiple of 32;
+# 6 tiles over 4 SMs, the 2 tail tiles split 2 ways; 2 tiles over 7 SMs, split 2 ways; 4 and 6
+# tiles over 4 and 3 SMs: no tail.
+SPLIT = [(17, 80, 96, 5), (16, 32, 200, 3), (64, 96, 256, 4), (1, 40, 64, 7)]
+SHAPES = [*SPLIT, (48, 64, 512, 4), (40, 96, 160, 3)]
+ARGS = {"tail_split": (32, 32, 32, 4, 3, 2), "plain": (16, 32, 32, 4, 3, 2)}
 
 SCRIPT = """
 import importlib.util, json, math, sys
