@@ -1,0 +1,82 @@
+"""Compiling ahead (evaluator_workers/gpu/kernel_compile.py), the parts that need no GPU: the key a
+helper claims a kernel by, and the claim itself across processes. The helpers themselves run in
+tests/gpu/test_kernel_harness.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from codevolve.evaluator_workers.gpu.kernel_compile import claim, launch_key  # noqa: E402
+
+KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit(do_not_specialize=["M"])
+def kernel(x_ptr, M, N, BLOCK: tl.constexpr):
+    pass
+"""
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    path = tmp_path_factory.mktemp("kernels") / "claims_kernel.py"
+    path.write_text(KERNEL)  # Triton reads a kernel's source from its file
+    spec = importlib.util.spec_from_file_location("claims_kernel", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.kernel
+
+
+def _key(kernel: Any, *args: Any, **kwargs: Any) -> str | None:
+    return launch_key(kernel, args, kwargs)
+
+
+def test_launches_that_compile_one_kernel_share_a_key(kernel: Any) -> None:
+    x = torch.empty(64, dtype=torch.bfloat16)
+    first = _key(kernel, x, 1, 4096, BLOCK=64, num_warps=4)
+    assert first is not None
+    assert _key(kernel, x, 768, 4096, BLOCK=64, num_warps=4) == first  # M is not specialised
+    assert _key(kernel, x, 3, 8192, BLOCK=64, num_warps=4) == first  # N: divisible by 16 both
+
+
+def test_what_triton_specialises_on_changes_the_key(kernel: Any) -> None:
+    x = torch.empty(64, dtype=torch.bfloat16)
+    base = _key(kernel, x, 1, 4096, BLOCK=64, num_warps=4)
+    others = [
+        _key(kernel, x, 1, 4100, BLOCK=64, num_warps=4),  # N % 16 != 0
+        _key(kernel, x, 1, 1, BLOCK=64, num_warps=4),  # N == 1
+        _key(kernel, x, 1, 4096, BLOCK=128, num_warps=4),  # a constexpr
+        _key(kernel, x, 1, 4096, BLOCK=64, num_warps=8),  # a launch option
+        _key(kernel, x.float(), 1, 4096, BLOCK=64, num_warps=4),  # the pointer's dtype
+        _key(kernel, x[1:], 1, 4096, BLOCK=64, num_warps=4),  # not 16-byte aligned
+        _key(kernel, x, 1, 4096, 128, num_warps=4),  # a constexpr given by position
+    ]
+    assert None not in others
+    assert len({base, *others}) == len(others) + 1
+
+
+def test_an_unexpected_kernel_object_gets_no_key() -> None:
+    assert launch_key(object(), (1,), {}) is None
+
+
+def _claim(folder: str) -> bool:
+    return claim(folder, "k" * 64)
+
+
+def test_one_process_of_many_wins_a_claim(tmp_path: Path) -> None:
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        won = pool.map(_claim, [str(tmp_path)] * 8)
+    assert sorted(won) == [False] * 7 + [True]
+    assert not claim(str(tmp_path), "k" * 64)
+    assert claim(str(tmp_path), "j" * 64)
