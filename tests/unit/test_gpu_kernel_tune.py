@@ -1,0 +1,80 @@
+"""bench/gpu_kernel_tune.py's choices, without a GPU: the wave count of a launch, the wave model's
+choice for an unmeasured M, and the dispatch rules composed from a sweep report."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tune() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "gpu_kernel_tune", ROOT / "bench" / "gpu_kernel_tune.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_kernel_tune"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+PLAIN = ("plain", (128, 128, 64, 4, 4, 8))
+WIDE = ("tma_persistent", (128, 256, 64, 8, 3, 8, 1))
+
+
+def test_waves_count_whole_tiles_over_the_sms(tune: Any) -> None:
+    assert tune.waves(PLAIN, 1024, 1280, 8192) == 1  # 80 tiles
+    assert tune.waves(PLAIN, 2048, 1280, 8192) == 2  # 160 tiles: a partial second wave
+    assert tune.waves(("split_k", (64, 64, 128, 4, 4, 4)), 64, 1280, 8192) == 0.25  # 80 pieces
+    # 160 tiles: 132 whole, 28 split so that the tail costs well under a whole wave
+    tail = tune.waves(("tail_split", (128, 128, 64, 4, 4, 8)), 2048, 1280, 8192)
+    assert 1.1 < tail < 1.5
+
+
+def test_the_wave_model_avoids_a_partial_wave_the_neighbours_did_not_show(tune: Any) -> None:
+    # PLAIN is faster at M = 768 and 1536, where its 60 and 120 tiles fill one wave; at M = 1024
+    # its 80 tiles are one wave too, so it stays the choice there.
+    per_m = {
+        768: {PLAIN: 10.0, WIDE: 11.0},  # both one wave
+        1536: {PLAIN: 20.0, WIDE: 21.0},  # PLAIN: 120 tiles, one wave; WIDE: 60 tiles
+    }
+    assert tune.modelled_choice(per_m, 1024, 1280, 8192) == PLAIN
+    # ...while at M = 1700 PLAIN needs 140 tiles (two waves) and WIDE 70 (one).
+    per_m[3072] = {PLAIN: 30.0, WIDE: 33.0}
+    assert tune.modelled_choice(per_m, 1700, 1280, 8192) == WIDE
+    assert tune.modelled_choice(per_m, 512, 1280, 8192) is None  # nothing measured below
+
+
+def test_dispatch_rules_take_the_fastest_launch_at_each_measured_m(tune: Any) -> None:
+    from codevolve.problems.gemm_kernel_gpu.static_check import check_source
+
+    def shape(fast: Any, slow: Any) -> dict[str, Any]:
+        return {tune._label(fast): {"t_us": 10.0, "cublas_us": 10.0},
+                tune._label(slow): {"t_us": 12.0, "cublas_us": 10.0}}  # fmt: skip
+
+    report = {
+        "shapes": {
+            "70B_tp8.qkv M=768": shape(PLAIN, WIDE),
+            "70B_tp8.qkv M=3072": shape(WIDE, PLAIN),
+        }
+    }
+    rules = tune.dispatch_rules(report)
+    # PLAIN (fastest at 768) up to M = 1664, its last one-wave M (13 x 10 tiles); then WIDE
+    # (fastest at 3072), whose tiles stay one wave up to M = 3328.
+    assert rules == [
+        ("M <= 1664 and N == 1280 and K == 8192", *PLAIN),
+        ("N == 1280 and K == 8192", *WIDE),
+    ]
+    source = tune.initial_program()
+    for condition, name, params in reversed(rules):
+        source = tune.apply_hunks(
+            source, tune.add_rule(source, condition, tune.VARIANTS[name], params)
+        )
+    assert check_source(source) == ""
