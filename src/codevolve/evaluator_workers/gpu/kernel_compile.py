@@ -88,6 +88,10 @@ class KernelCompiler:
             log.warning("compiling ahead took over %.0f s; helpers restarted", COMPILE_TIMEOUT_S)
             self.close()
             return 0
+        except Exception:  # a helper's own failure (out of memory, say): never the candidate's
+            log.warning("compiling ahead failed; helpers restarted", exc_info=True)
+            self.close()
+            return 0
         return len(new)
 
 
