@@ -80,3 +80,18 @@ def test_one_process_of_many_wins_a_claim(tmp_path: Path) -> None:
     assert sorted(won) == [False] * 7 + [True]
     assert not claim(str(tmp_path), "k" * 64)
     assert claim(str(tmp_path), "j" * 64)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs helpers that fail: no CUDA device")
+def test_a_helpers_own_failure_is_not_the_candidates() -> None:
+    from codevolve.evaluator_workers.gpu.kernel_compile import KernelCompiler
+    from codevolve.problems.gemm_kernel_gpu.kernel_source import initial_program
+
+    compiler = KernelCompiler(2)
+    try:
+        # Without CUDA the helpers cannot shape their buffers: compile_ahead reports nothing sent,
+        # and raises nothing the device job would take for the candidate's fault.
+        assert compiler.compile_ahead(initial_program(), "d" * 64, [(16, 64, 64)]) == 0
+        assert compiler.compile_ahead(initial_program(), "d" * 64, [(16, 64, 64)]) == 0  # done
+    finally:
+        compiler.close()
