@@ -68,6 +68,7 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
                (128, 256, 64, 8, 3, 8)),
         *_grid("split_k", (32, 64, 128, 4, 4, 2), (64, 64, 128, 4, 4, 2), (64, 64, 128, 4, 4, 4),
                (64, 128, 128, 4, 4, 2)),
+        *_grid("stream_k", (64, 128, 64, 4, 4, 8), (128, 128, 64, 4, 4, 8)),
     ]),
     (384, 8192, [
         *_grid("tma_persistent", *((128, 256, 64, 8, 3, g, f) for g in (4, 8) for f in (0, 1))),
@@ -76,6 +77,7 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("tail_split", (128, 256, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8),
                (128, 128, 64, 4, 4, 8), (128, 64, 64, 4, 4, 8), (64, 128, 64, 4, 4, 8)),
         *_grid("tma_persistent", (64, 256, 64, 4, 3, 8, 1)),
+        *_grid("stream_k", (128, 128, 64, 8, 4, 8), (128, 256, 64, 8, 3, 8)),
         *_grid("tma", (128, 256, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8)),
         *_grid("plain", (128, 256, 64, 8, 3, 8)),
     ]),
@@ -310,6 +312,8 @@ def waves(launch: Launch, m: int, n: int, k: int, sms: int = SMS) -> float:
     steps = math.ceil(k / p[2])
     if name == "split_k":
         return math.ceil(tiles * p[5] / sms) / p[5]
+    if name == "stream_k":  # every tile's K steps shared out evenly
+        return math.ceil(tiles * steps / sms) / steps
     if name == "tail_split":  # as its launcher splits the last wave
         tail, splits, best = tiles % sms, 1, 1.0
         for count in range(2, min(8, steps) + 1):

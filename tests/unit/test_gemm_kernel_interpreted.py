@@ -32,7 +32,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # tiles over 4 and 3 SMs: no tail.
 SPLIT = [(17, 80, 96, 5), (16, 32, 200, 3), (64, 96, 256, 4), (1, 40, 64, 7)]
 SHAPES = [*SPLIT, (48, 64, 512, 4), (40, 96, 160, 3)]
-ARGS = {"tail_split": (32, 32, 32, 4, 3, 2), "plain": (16, 32, 32, 4, 3, 2)}
+ARGS = {
+    "tail_split": (32, 32, 32, 4, 3, 2),
+    "stream_k": (32, 32, 32, 4, 3, 2),
+    "plain": (16, 32, 32, 4, 3, 2),
+}
 
 SCRIPT = """
 import importlib.util, json, math, sys
@@ -86,3 +90,15 @@ def test_a_tail_split_that_drops_a_piece_of_the_split_tiles_is_wrong(tmp_path: P
     wrong = _errors(dropped, tmp_path)
     # Only the shapes whose tail tiles are split go wrong: the split path ran on those.
     assert sorted(tuple(shape[:4]) for shape in wrong) == sorted(SPLIT)
+
+
+def test_a_stream_k_that_drops_the_first_program_of_a_shared_tile_is_wrong(tmp_path: Path) -> None:
+    source = _program("stream_k", ARGS["stream_k"])
+    dropped = source.replace(
+        "acc = tl.load(ws_ptr + (2 * owner + 1) * block + inner)",
+        "acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)",
+    )
+    assert dropped != source
+    wrong = {tuple(shape[:4]) for shape in _errors(dropped, tmp_path)}
+    # 2 x 3 tiles of 5 K steps over 3 programs: 10 steps, two whole tiles each, nothing shared.
+    assert wrong and (40, 96, 160, 3) not in wrong

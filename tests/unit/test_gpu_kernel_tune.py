@@ -36,6 +36,9 @@ def test_waves_count_whole_tiles_over_the_sms(tune: Any) -> None:
     # 160 tiles: 132 whole, 28 split so that the tail costs well under a whole wave
     tail = tune.waves(("tail_split", (128, 128, 64, 4, 4, 8)), 2048, 1280, 8192)
     assert 1.1 < tail < 1.5
+    # stream-K: 80 tiles x 128 K steps shared out as 78 steps per SM, 0.61 of a tile time
+    stream = tune.waves(("stream_k", (128, 128, 64, 4, 4, 8)), 1024, 1280, 8192)
+    assert stream == 78 / 128
 
 
 def test_the_wave_model_avoids_a_partial_wave_the_neighbours_did_not_show(tune: Any) -> None:

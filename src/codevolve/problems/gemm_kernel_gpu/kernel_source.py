@@ -64,6 +64,7 @@ VARIANTS: dict[str, Variant] = {
         _variant("tma", _GROUP),
         _variant("tma_persistent", _GROUP, ("flatten", (0, 1))),
         _variant("tail_split", _GROUP),
+        _variant("stream_k", _GROUP),
         _variant("plain", _GROUP),
     )
 }

@@ -56,10 +56,12 @@ STARTS: dict[tuple[str, str], tuple[int, ...]] = {
     ("tma", "prefill"): (128, 128, 64, 4, 4, 8),
     ("tma_persistent", "mid"): (128, 128, 64, 8, 4, 8, 1),
     ("tma_persistent", "prefill"): (128, 256, 64, 8, 3, 8, 1),
-    # Not in that sweep: the usual Hopper tiles for the tail-split kernel, and the plain kernel
-    # with narrow tiles (decode) or the tutorial's mid-size tile.
+    # Not in that sweep: the usual Hopper tiles for the tail-split and stream-K kernels, and the
+    # plain kernel with narrow tiles (decode) or the tutorial's mid-size tile.
     ("tail_split", "mid"): (128, 128, 64, 4, 4, 8),
     ("tail_split", "prefill"): (128, 128, 64, 8, 4, 8),
+    ("stream_k", "mid"): (128, 128, 64, 4, 4, 8),
+    ("stream_k", "prefill"): (128, 128, 64, 8, 4, 8),
     ("plain", "decode"): (16, 32, 128, 4, 5, 1),
     ("plain", "mid"): (64, 128, 64, 4, 4, 8),
 }
