@@ -2,13 +2,16 @@
 
     python bench/gpu_kernel_tune.py sweep --out sweep.json [--samples 5] [--jobs 14]
         Each candidate launch of LAUNCHES (per M range) on each train and validation shape, never
-        a test shape: the distinct kernels compiled first in --jobs processes (they fill Triton's
-        disk cache), then per shape every launch checked on fresh inputs (three distributions)
-        and timed against cuBLAS in the harness's alternating rounds.
+        a test shape: every launch first run once per shape in --jobs processes (they fill
+        Triton's disk cache), then per shape every launch checked on fresh inputs (three
+        distributions) and timed against cuBLAS in the harness's alternating rounds.
     python bench/gpu_kernel_tune.py compose --sweep sweep.json --program tuned.txt
-        (no GPU) Per projection, the fastest launch at each selection M, dispatched by M with
-        bounds at the geometric midpoints between neighbouring selection Ms (merged where the
-        launch repeats). A test shape's M gets the launch of its nearest selection M.
+        (no GPU) Per projection, dispatch rules by M: at a selection M the launch fastest there,
+        at any other M the wave model's choice from the selection Ms on either side
+        (dispatch_rules), merged where the launch repeats.
+    python bench/gpu_kernel_tune.py assess --sweep sweep.json
+        (no GPU) Each selection M held out in turn: how close each way of choosing comes to the
+        best launch measured there.
 
 Selection sees the 44 train and 96 validation shapes; the 44 test shapes are measured first by
 ``bench/gpu_kernel.py evaluate``.
@@ -20,6 +23,7 @@ import argparse
 import json
 import math
 import multiprocessing
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -221,17 +225,11 @@ def sweep(args: argparse.Namespace) -> None:
         timed = {k: v for k, v in results.items() if "t_us" in v}
         if timed:
             best = min(timed, key=lambda k: timed[k]["t_us"])
-            cublas = statistics_median([v["cublas_us"] for v in timed.values()])
+            cublas = statistics.median([v["cublas_us"] for v in timed.values()])
             print(f"[{count}/{len(shapes)} {time.perf_counter() - started:.0f} s] {_key(shape)}: "
                   f"best {best} {cublas / timed[best]['t_us']:.3f} of cuBLAS; "
                   f"{len(results) - len(timed)} of {len(results)} failed", flush=True)  # fmt: skip
         Path(args.out).write_text(json.dumps(report, indent=1))
-
-
-def statistics_median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def ratios(report: dict[str, Any]) -> dict[str, dict[int, dict[Launch, float]]]:
@@ -242,7 +240,7 @@ def ratios(report: dict[str, Any]) -> dict[str, dict[int, dict[Launch, float]]]:
         projection, m = key.split(" M=")
         timed = {k: v for k, v in results.items() if "t_us" in v}
         if timed:
-            cublas = statistics_median([v["cublas_us"] for v in timed.values()])
+            cublas = statistics.median([v["cublas_us"] for v in timed.values()])
             out[projection][int(m)] = {_unlabel(k): cublas / v["t_us"] for k, v in timed.items()}
     return dict(out)
 
@@ -251,13 +249,11 @@ def _best(candidates: list[dict[Launch, float]]) -> tuple[Launch, float]:
     """The launch with the best geomean over ``candidates`` (measured in all of them; there is
     one at least)."""
     common = set.intersection(*(set(c) for c in candidates))
-    score = {launch: _geomean([c[launch] for c in candidates]) for launch in common}
+    score = {
+        launch: statistics.geometric_mean([c[launch] for c in candidates]) for launch in common
+    }
     launch = max(sorted(score), key=lambda launch: score[launch])
     return launch, score[launch]
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def _extend(runs: list[tuple[int, Launch]], high: int, launch: Launch) -> None:
@@ -386,8 +382,8 @@ def assess(args: argparse.Namespace) -> None:
                 if launch is not None and launch in here:
                     scores[way].append(best / here[launch])
     for way, values in scores.items():
-        worst = sum(v < 0.9 for v in values)
-        print(f"{way}: {_geomean(values):.3f} of the best launch over {len(values)} held-out Ms "
+        mean, worst = statistics.geometric_mean(values), sum(v < 0.9 for v in values)
+        print(f"{way}: {mean:.3f} of the best launch over {len(values)} held-out Ms "
               f"({worst} below 0.9, worst {min(values):.2f})")  # fmt: skip
 
 
