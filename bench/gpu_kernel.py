@@ -118,6 +118,7 @@ class Runner:
     def measure(self, source: str, shapes: list[GemmShape]) -> dict[str, Any]:
         """Per shape key: {"ratio": t_cublas / t, "t_us", "cublas_us"} or {"error": ...}."""
         started = time.perf_counter()
+        late_before = self.bench.late_rounds
         launch = self.loader.load(source)
         if not callable(launch):
             return {"error": launch.message}
@@ -139,6 +140,8 @@ class Runner:
                 "cublas_us": timing.cublas_us,
             }
         out["_seconds"] = {"check": compiled - started, "time": time.perf_counter() - compiled}
+        out["_late_rounds"] = self.bench.late_rounds - late_before
+        out["_lead_cycles"] = self.bench.lead_cycles
         return out
 
 
@@ -244,7 +247,8 @@ def _evaluate(sources: list[str], names: list[str], runner: Runner, report: dict
             continue
         rows = summary(results[name], None if "error" in base else base)
         report.setdefault("summary", {})[name] = rows
-        print(name, " ".join(f"{k}={v:.3f}" for k, v in rows.items()), flush=True)
+        late = f"late_rounds={results[name]['_late_rounds']} lead={results[name]['_lead_cycles']}"
+        print(name, " ".join(f"{k}={v:.3f}" for k, v in rows.items()), late, flush=True)
 
 
 def evaluate(args: argparse.Namespace) -> None:

@@ -73,6 +73,8 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("split_k", (32, 64, 128, 4, 4, 2), (64, 64, 128, 4, 4, 2), (64, 64, 128, 4, 4, 4),
                (64, 128, 128, 4, 4, 2)),
         *_grid("stream_k", (64, 128, 64, 4, 4, 8), (128, 128, 64, 4, 4, 8)),
+        *_grid("persistent_tail", (128, 128, 64, 8, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1),
+               (64, 128, 64, 4, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1)),
     ]),
     (384, 8192, [
         *_grid("tma_persistent", *((128, 256, 64, 8, 3, g, f) for g in (4, 8) for f in (0, 1))),
@@ -84,6 +86,8 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("stream_k", (128, 128, 64, 8, 4, 8), (128, 256, 64, 8, 3, 8)),
         *_grid("tma", (128, 256, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8)),
         *_grid("plain", (128, 256, 64, 8, 3, 8)),
+        *_grid("persistent_tail", (128, 256, 64, 8, 3, 8, 1), (128, 256, 64, 8, 3, 4, 1),
+               (128, 128, 64, 8, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1), (256, 128, 64, 8, 3, 8, 1)),
     ]),
 ]  # fmt: skip
 
@@ -222,6 +226,7 @@ def sweep(args: argparse.Namespace) -> None:
                 continue
             results[_label(launch)] = {"t_us": timing.t_us, "cublas_us": timing.cublas_us}
         report["shapes"][_key(shape)] = results
+        report["late_rounds"], report["lead_cycles"] = bench.late_rounds, bench.lead_cycles
         timed = {k: v for k, v in results.items() if "t_us" in v}
         if timed:
             best = min(timed, key=lambda k: timed[k]["t_us"])
@@ -310,7 +315,7 @@ def waves(launch: Launch, m: int, n: int, k: int, sms: int = SMS) -> float:
         return math.ceil(tiles * p[5] / sms) / p[5]
     if name == "stream_k":  # every tile's K steps shared out evenly
         return math.ceil(tiles * steps / sms) / steps
-    if name == "tail_split":  # as its launcher splits the last wave
+    if name in ("tail_split", "persistent_tail"):  # as their launchers split the last wave
         tail, splits, best = tiles % sms, 1, 1.0
         for count in range(2, min(8, steps) + 1):
             cost = math.ceil(tail * count / sms) / count + 0.02 * (count - 1)

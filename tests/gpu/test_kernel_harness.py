@@ -31,6 +31,7 @@ VARIANT_ARGS = {
     "tma_persistent": (128, 128, 64, 8, 3, 8, 1),
     "tail_split": (64, 128, 64, 4, 4, 8),
     "stream_k": (64, 128, 64, 4, 4, 8),
+    "persistent_tail": (64, 128, 64, 4, 4, 8, 1),
     "plain": (64, 64, 64, 4, 3, 8),
 }
 
@@ -157,6 +158,22 @@ def test_results_cached_across_calls_fail_the_timed_rounds(bench: Any) -> None:
     assert bench.check(launch, shape, _gen()) == ""
     timing = bench.time(launch, shape, _gen(1), samples=5)
     assert timing.status == "incorrect", timing
+
+
+def test_host_time_before_a_launch_is_not_timed() -> None:
+    from codevolve.evaluator_workers.gpu.kernel_bench import LEAD_CYCLES, KernelBench
+
+    bench = KernelBench()  # its own: the lead it grows stays with it
+
+    def launch(x: Any, w: Any, y: Any, workspace: Any, num_sms: int) -> None:
+        time.sleep(0.0005)  # half a millisecond of host code: more than the first lead
+        torch.matmul(x, w.t(), out=y)
+
+    timing = bench.time(launch, (64, 1024, 1024), _gen(), samples=10)
+    assert timing.status == "ok", timing
+    assert bench.late_rounds > 0 and bench.lead_cycles > LEAD_CYCLES
+    # The same cuBLAS call on both sides: the host's half millisecond is not in the medians.
+    assert timing.t_us < 2 * timing.cublas_us, timing
 
 
 def test_changing_the_inputs_is_caught(bench: Any) -> None:

@@ -35,6 +35,7 @@ SHAPES = [*SPLIT, (48, 64, 512, 4), (40, 96, 160, 3)]
 ARGS = {
     "tail_split": (32, 32, 32, 4, 3, 2),
     "stream_k": (32, 32, 32, 4, 3, 2),
+    "persistent_tail": (32, 32, 32, 4, 3, 2, 1),
     "plain": (16, 32, 32, 4, 3, 2),
 }
 
@@ -102,3 +103,12 @@ def test_a_stream_k_that_drops_the_first_program_of_a_shared_tile_is_wrong(tmp_p
     wrong = {tuple(shape[:4]) for shape in _errors(dropped, tmp_path)}
     # 2 x 3 tiles of 5 K steps over 3 programs: 10 steps, two whole tiles each, nothing shared.
     assert wrong and (40, 96, 160, 3) not in wrong
+
+
+def test_a_persistent_tail_whose_last_piece_skips_a_partial_is_wrong(tmp_path: Path) -> None:
+    source = _program("persistent_tail", ARGS["persistent_tail"])
+    dropped = source.replace("if other != piece:", "if (other != piece) & (other != 0):")
+    assert dropped != source
+    wrong = _errors(dropped, tmp_path)
+    # Only the shapes whose tail tiles are split go wrong: the in-kernel sums ran on those.
+    assert sorted(tuple(shape[:4]) for shape in wrong) == sorted(SPLIT)

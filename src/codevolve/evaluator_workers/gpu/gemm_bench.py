@@ -242,18 +242,22 @@ class _CheckInputs:
         return ""
 
 
-def alternating_timing(events: Sequence[torch.cuda.Event], samples: int) -> Timing:
+def alternating_timing(
+    events: Sequence[torch.cuda.Event], samples: int, rounds: Sequence[int] | None = None
+) -> Timing:
     """The timing of ``samples`` rounds recorded as four CUDA events each (candidate start, end,
-    cuBLAS start, end), after the stream was synchronised: medians and 20/80 % quantiles."""
-    ours = [events[4 * r].elapsed_time(events[4 * r + 1]) * 1e3 for r in range(samples)]
-    ref = [events[4 * r + 2].elapsed_time(events[4 * r + 3]) * 1e3 for r in range(samples)]
+    cuBLAS start, end), after the stream was synchronised: medians and 20/80 % quantiles over
+    ``rounds`` (default: all of them)."""
+    kept = range(samples) if rounds is None else rounds
+    ours = [events[4 * r].elapsed_time(events[4 * r + 1]) * 1e3 for r in kept]
+    ref = [events[4 * r + 2].elapsed_time(events[4 * r + 3]) * 1e3 for r in kept]
     return Timing(
         status="ok",
         t_us=quantile(ours, 0.5),
         p20_us=quantile(ours, 0.2),
         p80_us=quantile(ours, 0.8),
         cublas_us=quantile(ref, 0.5),
-        samples=samples,
+        samples=len(ours),
     )
 
 

@@ -65,6 +65,7 @@ VARIANTS: dict[str, Variant] = {
         _variant("tma_persistent", _GROUP, ("flatten", (0, 1))),
         _variant("tail_split", _GROUP),
         _variant("stream_k", _GROUP),
+        _variant("persistent_tail", _GROUP, ("flatten", (0, 1))),
         _variant("plain", _GROUP),
     )
 }

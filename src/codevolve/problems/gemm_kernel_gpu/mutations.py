@@ -40,6 +40,7 @@ from codevolve.problems.gemm_kernel_gpu.kernel_source import (
     add_rule,
     entry_function,
     evolve_region,
+    variant_source,
 )
 from codevolve.problems.gemm_tiling.mutations import gemm_mutations
 from codevolve.problems.gemm_tiling.rule_program import parse_shape
@@ -62,6 +63,8 @@ STARTS: dict[tuple[str, str], tuple[int, ...]] = {
     ("tail_split", "prefill"): (128, 128, 64, 8, 4, 8),
     ("stream_k", "mid"): (128, 128, 64, 4, 4, 8),
     ("stream_k", "prefill"): (128, 128, 64, 8, 4, 8),
+    ("persistent_tail", "mid"): (128, 128, 64, 8, 4, 8, 1),
+    ("persistent_tail", "prefill"): (128, 256, 64, 8, 3, 8, 1),
     ("plain", "decode"): (16, 32, 128, 4, 5, 1),
     ("plain", "mid"): (64, 128, 64, 4, 4, 8),
 }
@@ -72,6 +75,10 @@ START_WEIGHTS = {("tma_persistent", "prefill"): 4.0, ("split_k", "decode"): 3.0}
 PROJECTION_SHARE = 0.5  # how often add_variant narrows its rule to one projection
 MOVE_SHARE = 0.5  # how often add_variant moves one starting parameter
 KIND_WEIGHTS = {"add_variant": 4.0, "tune_rule": 3.0}
+# A job refuses children longer than its max_code_length (20,000 characters by default): a new
+# variant's kernels are only proposed while the child stays within that, rule included.
+MAX_PROGRAM_CHARS = 20_000
+RULE_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +118,20 @@ def _has_block(source: str) -> bool:
     return evolve_region(source) is not None
 
 
+def _fits(source: str, name: str) -> bool:
+    """Whether a rule for the variant keeps the program within :data:`MAX_PROGRAM_CHARS` (a
+    variant the program already holds adds only its rule)."""
+    held = f"def {VARIANTS[name].launcher}(" in source
+    kernels = 0 if held else len(variant_source(name))
+    return len(source) + kernels + RULE_CHARS <= MAX_PROGRAM_CHARS
+
+
 def add_variant(
     source: str, tree: ast.Module, prompt: Prompt, rng: np.random.Generator
 ) -> list[Hunk] | None:
-    starts = list(STARTS)
+    starts = [start for start in STARTS if _fits(source, start[0])]
+    if not starts:
+        return None
     weights = np.array([START_WEIGHTS.get(start, 1.0) for start in starts])
     (name, regime) = starts[int(rng.choice(len(starts), p=weights / weights.sum()))]
     variant = VARIANTS[name]
