@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,9 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("plain", (16, 64, 64, 4, 5, 1), (16, 32, 64, 2, 5, 1)),
         *_grid("split_k", *((16, n, 128, 4, 4, k) for n in (32, 64, 128) for k in (2, 4, 8))),
         *_grid("split_k", (16, 32, 128, 2, 5, 4), (16, 64, 128, 4, 3, 16)),
+        *_grid("split_k_fused", *((16, n, 128, 4, 4, k) for n in (32, 64, 128)
+                                  for k in (2, 4, 8))),
+        *_grid("split_k_fused", (16, 32, 128, 2, 5, 4), (16, 64, 128, 4, 3, 16)),
         *_grid("tail_split", (16, 32, 128, 4, 4, 1), (16, 64, 128, 4, 4, 1),
                (16, 128, 128, 4, 4, 1), (16, 64, 128, 4, 5, 1)),
         *_grid("persistent", (16, 64, 128, 4, 5, 1)),
@@ -72,6 +76,8 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
                (128, 256, 64, 8, 3, 8)),
         *_grid("split_k", (32, 64, 128, 4, 4, 2), (64, 64, 128, 4, 4, 2), (64, 64, 128, 4, 4, 4),
                (64, 128, 128, 4, 4, 2)),
+        *_grid("split_k_fused", (32, 64, 128, 4, 4, 2), (64, 64, 128, 4, 4, 2),
+               (64, 64, 128, 4, 4, 4), (64, 128, 128, 4, 4, 2)),
         *_grid("stream_k", (64, 128, 64, 4, 4, 8), (128, 128, 64, 4, 4, 8)),
         *_grid("persistent_tail", (128, 128, 64, 8, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1),
                (64, 128, 64, 4, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1)),
@@ -98,6 +104,16 @@ def launches_for(m: int) -> list[Launch]:
         if low <= m <= high:
             seen.update(dict.fromkeys(launches))
     return list(seen)
+
+
+def shape_launches(
+    dims: tuple[int, int, int], choose: Callable[[int, int, int], tuple[int, ...]]
+) -> list[Launch]:
+    """The candidate launches of one shape: its M range's, then the initial program's own (its
+    tiled kernel with the config ``choose``, its rule, picks), so that a composed program can
+    keep what the starting program did where nothing measured beats it."""
+    own = ("plain", tuple(choose(*dims)))
+    return list(dict.fromkeys([*launches_for(dims[0]), own]))
 
 
 def selection_shapes() -> list[GemmShape]:
@@ -144,7 +160,7 @@ def _precompile(shapes: list[tuple[int, int, int]]) -> list[str]:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for dims in shapes:
         buffers = shape_buffers(dims)
-        for name, params in launches_for(dims[0]):
+        for name, params in shape_launches(dims, entry.__globals__["choose_config"]):
             try:
                 entry.__globals__[f"launch_{name}"](
                     buffers.x, buffers.w, buffers.y, buffers.workspace, sms, *params
@@ -203,7 +219,7 @@ def sweep(args: argparse.Namespace) -> None:
         torch.cuda.empty_cache()
         buffers = shape_buffers(dims)
         bench.warm_up()
-        for launch in launches_for(shape.m):
+        for launch in shape_launches(dims, entry.__globals__["choose_config"]):
             launcher = entry.__globals__[f"launch_{launch[0]}"]
 
             def call(x: Any, w: Any, y: Any, ws: Any, sms: int, _f: Any = launcher,
@@ -311,7 +327,7 @@ def waves(launch: Launch, m: int, n: int, k: int, sms: int = SMS) -> float:
     name, p = launch
     tiles = math.ceil(m / p[0]) * math.ceil(n / p[1])
     steps = math.ceil(k / p[2])
-    if name == "split_k":
+    if name in ("split_k", "split_k_fused"):
         return math.ceil(tiles * p[5] / sms) / p[5]
     if name == "stream_k":  # every tile's K steps shared out evenly
         return math.ceil(tiles * steps / sms) / steps

@@ -36,6 +36,7 @@ ARGS = {
     "tail_split": (32, 32, 32, 4, 3, 2),
     "stream_k": (32, 32, 32, 4, 3, 2),
     "persistent_tail": (32, 32, 32, 4, 3, 2, 1),
+    "split_k_fused": (16, 32, 32, 4, 3, 3),
     "plain": (16, 32, 32, 4, 3, 2),
 }
 
@@ -112,3 +113,10 @@ def test_a_persistent_tail_whose_last_piece_skips_a_partial_is_wrong(tmp_path: P
     wrong = _errors(dropped, tmp_path)
     # Only the shapes whose tail tiles are split go wrong: the in-kernel sums ran on those.
     assert sorted(tuple(shape[:4]) for shape in wrong) == sorted(SPLIT)
+
+
+def test_a_fused_split_k_whose_last_split_skips_a_partial_is_wrong(tmp_path: Path) -> None:
+    source = _program("split_k_fused", ARGS["split_k_fused"])
+    dropped = source.replace("if other != split:", "if (other != split) & (other != 0):")
+    assert dropped != source
+    assert len(_errors(dropped, tmp_path)) == len(SHAPES)  # every shape is split three ways

@@ -81,3 +81,11 @@ def test_dispatch_rules_take_the_fastest_launch_at_each_measured_m(tune: Any) ->
             source, tune.add_rule(source, condition, tune.VARIANTS[name], params)
         )
     assert check_source(source) == ""
+
+
+def test_a_shape_always_has_the_initial_programs_own_launch_once(tune: Any) -> None:
+    own = (64, 64, 128, 4, 5, 1)  # the tiled kernel's config the initial rule picks there
+    launches = tune.shape_launches((32, 4096, 4096), lambda m, n, k: own)
+    assert launches[-1] == ("plain", own) and ("plain", own) not in tune.launches_for(32)
+    listed = next(params for name, params in tune.launches_for(32) if name == "plain")
+    assert tune.shape_launches((32, 4096, 4096), lambda m, n, k: listed) == tune.launches_for(32)
