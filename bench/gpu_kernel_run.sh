@@ -4,7 +4,9 @@
 # setup installs the wheels of .whl/ (carried; see bench/gpu_device_run.sh for the download).
 # variants: every kernel variant per regime (bench/gpu_kernel.py variants).
 # tune: every candidate launch on every train and validation shape (bench/gpu_kernel_tune.py
-#   sweep, TUNE_S seconds at most, default 330), then the program composed from it: $OUT/tuned.txt.
+#   sweep, TUNE_S seconds at most, default 330), then the program composed from it: $OUT/tuned.txt;
+#   with TUNE_WITH (earlier sweep reports), also the one composed from all of them averaged:
+#   $OUT/tuned_merged.txt.
 # evolve: `codevolve run gemm-kernel-gpu` for EVOLVE_WALL_S seconds (default 240), seed SEED; with
 #   RESUME=JOB it continues that job from $DB (default $OUT/kernel_evolve.sqlite); the best
 #   program goes to $OUT/kernel_evolved_best.py.
@@ -39,6 +41,10 @@ for step in "$@"; do
       timeout "${TUNE_S:-330}" python3 bench/gpu_kernel_tune.py sweep --out "$OUT/sweep.json" \
         --samples "${TUNE_SAMPLES:-5}" --jobs "${TUNE_JOBS:-14}" 2>&1 | tee "$OUT/sweep.log" | tail -40
       python3 bench/gpu_kernel_tune.py compose --sweep "$OUT/sweep.json" --program "$OUT/tuned.txt"
+      if [ -n "${TUNE_WITH:-}" ]; then  # earlier sweep reports to average this one with
+        python3 bench/gpu_kernel_tune.py compose --sweep $TUNE_WITH "$OUT/sweep.json" \
+          --program "$OUT/tuned_merged.txt" | tail -1
+      fi
       ;;
     evolve)
       # A GPU evaluation that compiles a new kernel variant takes up to ~90 s: the run finishes
@@ -61,6 +67,7 @@ for step in "$@"; do
         ${EVAL_PROGRAMS:-bench/gpu_kernel_programs/*.txt})
       [ -s "$OUT/kernel_evolved_best.py" ] && programs+=("$OUT/kernel_evolved_best.py")
       [ -s "$OUT/tuned.txt" ] && programs+=("$OUT/tuned.txt")
+      [ -s "$OUT/tuned_merged.txt" ] && programs+=("$OUT/tuned_merged.txt")
       timeout 300 python3 bench/gpu_kernel.py evaluate "${programs[@]}" --samples 30 \
         --seed ${SEED_EVAL:-2} --out "$OUT/kernel_evaluate.json" 2>&1 | tee "$OUT/kernel_evaluate.log"
       ;;

@@ -253,6 +253,30 @@ def sweep(args: argparse.Namespace) -> None:
         Path(args.out).write_text(json.dumps(report, indent=1))
 
 
+def read_sweeps(paths: list[str]) -> dict[str, Any]:
+    """One sweep report from one or more: per shape and launch, the geomean of its ratios to the
+    shape's cuBLAS over the sweeps that timed it, as a time against the last sweep's cuBLAS
+    (repeated sweeps average out their noise; launches only a later sweep has are kept)."""
+    reports = [json.loads(Path(path).read_text()) for path in paths]
+    if len(reports) == 1:
+        return reports[0]
+    shapes: dict[str, dict[str, dict[str, float]]] = {}
+    for key in reports[-1]["shapes"]:
+        per_launch: dict[str, list[float]] = defaultdict(list)
+        cublas = math.nan
+        for report in reports:
+            timed = {k: v for k, v in report["shapes"].get(key, {}).items() if "t_us" in v}
+            if timed:
+                cublas = statistics.median([v["cublas_us"] for v in timed.values()])
+                for label, value in timed.items():
+                    per_launch[label].append(cublas / value["t_us"])
+        shapes[key] = {
+            label: {"t_us": cublas / statistics.geometric_mean(values), "cublas_us": cublas}
+            for label, values in per_launch.items()
+        }
+    return {**reports[-1], "shapes": shapes, "merged": paths}
+
+
 def ratios(report: dict[str, Any]) -> dict[str, dict[int, dict[Launch, float]]]:
     """Per projection, per selection M, per launch that passed: t_cuBLAS / t (the shape's cuBLAS
     time is the median over all its launches' rounds)."""
@@ -380,7 +404,7 @@ def assess(args: argparse.Namespace) -> None:
     from codevolve.problems.gemm_tiling.shapes import PROJECTIONS
 
     dims = {p.name: (p.n, p.k) for p in PROJECTIONS}
-    report = json.loads(Path(args.sweep).read_text())
+    report = read_sweeps(args.sweep)
     scores: dict[str, list[float]] = defaultdict(list)
     for projection, per_m in sorted(times(report).items()):
         n, k = dims[projection]
@@ -409,7 +433,7 @@ def assess(args: argparse.Namespace) -> None:
 
 
 def compose(args: argparse.Namespace) -> None:
-    report = json.loads(Path(args.sweep).read_text())
+    report = read_sweeps(args.sweep)
     for projection, per_m in sorted(ratios(report).items()):
         cells = []
         for m, launches in sorted(per_m.items()):
@@ -436,10 +460,10 @@ def main() -> None:
     one.add_argument("--jobs", type=int, default=14)
     one.add_argument("--only", default="", help="';'-separated parts of shape keys to keep")
     two = sub.add_parser("compose")
-    two.add_argument("--sweep", required=True)
+    two.add_argument("--sweep", required=True, nargs="+", help="one sweep report or more")
     two.add_argument("--program", default="tuned.txt")
     three = sub.add_parser("assess")
-    three.add_argument("--sweep", required=True)
+    three.add_argument("--sweep", required=True, nargs="+", help="one sweep report or more")
     args = parser.parse_args()
     {"sweep": sweep, "compose": compose, "assess": assess}[args.command](args)
 

@@ -89,3 +89,19 @@ def test_a_shape_always_has_the_initial_programs_own_launch_once(tune: Any) -> N
     assert launches[-1] == ("plain", own) and ("plain", own) not in tune.launches_for(32)
     listed = next(params for name, params in tune.launches_for(32) if name == "plain")
     assert tune.shape_launches((32, 4096, 4096), lambda m, n, k: listed) == tune.launches_for(32)
+
+
+def test_sweeps_read_together_average_their_ratios(tune: Any, tmp_path: Path) -> None:
+    import json
+
+    def report(cublas: float, times: dict[str, float]) -> str:
+        shape = {label: {"t_us": t, "cublas_us": cublas} for label, t in times.items()}
+        path = tmp_path / f"sweep{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(json.dumps({"samples": 5, "shapes": {"8B.o M=24": shape}}))
+        return str(path)
+
+    first = report(10.0, {"plain 64,64,64,4,4,8": 20.0})  # 0.5 of cuBLAS
+    second = report(20.0, {"plain 64,64,64,4,4,8": 10.0, "tma 64,128,64,4,4,8": 40.0})  # 2, 0.5
+    merged = tune.read_sweeps([first, second])["shapes"]["8B.o M=24"]
+    assert merged["plain 64,64,64,4,4,8"] == {"t_us": 20.0, "cublas_us": 20.0}  # geomean 1.0
+    assert merged["tma 64,128,64,4,4,8"]["t_us"] == 40.0  # only the second sweep timed it
