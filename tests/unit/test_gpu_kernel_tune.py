@@ -105,3 +105,13 @@ def test_sweeps_read_together_average_their_ratios(tune: Any, tmp_path: Path) ->
     merged = tune.read_sweeps([first, second])["shapes"]["8B.o M=24"]
     assert merged["plain 64,64,64,4,4,8"] == {"t_us": 20.0, "cublas_us": 20.0}  # geomean 1.0
     assert merged["tma 64,128,64,4,4,8"]["t_us"] == 40.0  # only the second sweep timed it
+
+
+def test_below_the_wave_threshold_the_model_goes_by_time_alone(tune: Any) -> None:
+    split = ("split_k", (32, 64, 128, 4, 4, 2))  # half a wave at M=24 and 32, a whole one at 48
+    plain = ("plain", (64, 64, 128, 4, 5, 1))  # one wave throughout
+    per_m = {24: {split: 10.5, plain: 10.0}, 48: {split: 10.5, plain: 10.0}}
+    assert tune.waves(split, 32, 4096, 4096) < tune.waves(split, 48, 4096, 4096)
+    assert 32 < tune.WAVES_FROM_M
+    # Counting waves would predict the split launch at M=32 a third faster than measured around.
+    assert tune.modelled_choice(per_m, 32, 4096, 4096) == plain
