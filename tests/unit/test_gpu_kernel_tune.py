@@ -112,6 +112,6 @@ def test_below_the_wave_threshold_the_model_goes_by_time_alone(tune: Any) -> Non
     plain = ("plain", (64, 64, 128, 4, 5, 1))  # one wave throughout
     per_m = {24: {split: 10.5, plain: 10.0}, 48: {split: 10.5, plain: 10.0}}
     assert tune.waves(split, 32, 4096, 4096) < tune.waves(split, 48, 4096, 4096)
-    assert 32 < tune.WAVES_FROM_M
+    assert tune.WAVES_FROM_M > 32
     # Counting waves would predict the split launch at M=32 a third faster than measured around.
     assert tune.modelled_choice(per_m, 32, 4096, 4096) == plain
