@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from codevolve.core.config import RunConfig
 from codevolve.core.diff import Hunk, unique_line_hunk
 from codevolve.core.problem import Mutation, TreeMutation
 from codevolve.core.prompt import Prompt
@@ -77,9 +78,9 @@ START_WEIGHTS = {("tma_persistent", "prefill"): 4.0, ("split_k", "decode"): 3.0}
 PROJECTION_SHARE = 0.5  # how often add_variant narrows its rule to one projection
 MOVE_SHARE = 0.5  # how often add_variant moves one starting parameter
 KIND_WEIGHTS = {"add_variant": 4.0, "tune_rule": 3.0}
-# A job refuses children longer than its max_code_length (20,000 characters by default): a new
-# variant's kernels are only proposed while the child stays within that, rule included.
-MAX_PROGRAM_CHARS = 20_000
+# A job refuses children longer than its max_code_length: a new variant's kernels are only
+# proposed while the child stays within the default, rule included.
+MAX_PROGRAM_CHARS: int = RunConfig.model_fields["max_code_length"].default
 RULE_CHARS = 200
 
 
