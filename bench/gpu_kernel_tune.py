@@ -243,14 +243,23 @@ def sweep(args: argparse.Namespace) -> None:
             results[_label(launch)] = {"t_us": timing.t_us, "cublas_us": timing.cublas_us}
         report["shapes"][_key(shape)] = results
         report["late_rounds"], report["lead_cycles"] = bench.late_rounds, bench.lead_cycles
-        timed = {k: v for k, v in results.items() if "t_us" in v}
+        _, timed = shape_ratios(results)
         if timed:
-            best = min(timed, key=lambda k: timed[k]["t_us"])
-            cublas = statistics.median([v["cublas_us"] for v in timed.values()])
+            best = max(timed, key=lambda label: timed[label])
             print(f"[{count}/{len(shapes)} {time.perf_counter() - started:.0f} s] {_key(shape)}: "
-                  f"best {best} {cublas / timed[best]['t_us']:.3f} of cuBLAS; "
+                  f"best {best} {timed[best]:.3f} of cuBLAS; "
                   f"{len(results) - len(timed)} of {len(results)} failed", flush=True)  # fmt: skip
         Path(args.out).write_text(json.dumps(report, indent=1))
+
+
+def shape_ratios(results: dict[str, Any]) -> tuple[float, dict[str, float]]:
+    """One shape's sweep results: its cuBLAS time (the median over all its timed launches'
+    rounds) and each timed launch's t_cuBLAS / t; NaN and nothing when no launch was timed."""
+    timed = {k: v for k, v in results.items() if "t_us" in v}
+    if not timed:
+        return math.nan, {}
+    cublas = statistics.median([v["cublas_us"] for v in timed.values()])
+    return cublas, {label: cublas / v["t_us"] for label, v in timed.items()}
 
 
 def read_sweeps(paths: list[str]) -> dict[str, Any]:
@@ -265,11 +274,11 @@ def read_sweeps(paths: list[str]) -> dict[str, Any]:
         per_launch: dict[str, list[float]] = defaultdict(list)
         cublas = math.nan
         for report in reports:
-            timed = {k: v for k, v in report["shapes"].get(key, {}).items() if "t_us" in v}
+            shape_cublas, timed = shape_ratios(report["shapes"].get(key, {}))
             if timed:
-                cublas = statistics.median([v["cublas_us"] for v in timed.values()])
-                for label, value in timed.items():
-                    per_launch[label].append(cublas / value["t_us"])
+                cublas = shape_cublas
+                for label, ratio in timed.items():
+                    per_launch[label].append(ratio)
         shapes[key] = {
             label: {"t_us": cublas / statistics.geometric_mean(values), "cublas_us": cublas}
             for label, values in per_launch.items()
@@ -283,10 +292,9 @@ def ratios(report: dict[str, Any]) -> dict[str, dict[int, dict[Launch, float]]]:
     out: dict[str, dict[int, dict[Launch, float]]] = defaultdict(dict)
     for key, results in report["shapes"].items():
         projection, m = key.split(" M=")
-        timed = {k: v for k, v in results.items() if "t_us" in v}
+        _, timed = shape_ratios(results)
         if timed:
-            cublas = statistics.median([v["cublas_us"] for v in timed.values()])
-            out[projection][int(m)] = {_unlabel(k): cublas / v["t_us"] for k, v in timed.items()}
+            out[projection][int(m)] = {_unlabel(label): r for label, r in timed.items()}
     return dict(out)
 
 

@@ -164,7 +164,7 @@ class KernelBench:
         self._flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
         self._fastest_cublas: dict[Shape, float] = {}  # microseconds, per shape
         self.lead_cycles = LEAD_CYCLES
-        self.late_rounds = 0  # rounds left out of medians as late, over this object's life
+        self.late_rounds = 0  # late rounds seen over this object's life (each pass counted)
 
     def call(self, launch: Launch, buffers: Buffers) -> None:
         """One call of the candidate on the current stream; its own errors become a fault."""
