@@ -15,6 +15,11 @@ is checked on fresh inputs, then timed against cuBLAS with cold L2, alternating,
         the projection's train shapes of the regime by PROJECTION_GAIN.
     python bench/gpu_kernel.py evaluate PROGRAM... [--samples 30] [--out evaluate.json]
         Programs on all 88 shapes, per regime and split: vs cuBLAS and vs the first program.
+    python bench/gpu_kernel.py warp-specialize PROGRAM [--min-m 512] [--out ws.json]
+        The program as it is, then with the K loops of its persistent TMA kernels (tma_persistent,
+        persistent_tail) warp-specialized, then with tma_persistent's tile loop warp-specialized
+        (``tl.range(..., warp_specialize=True)``), on the 88-grid shapes of M >= --min-m: vs
+        cuBLAS and vs the program as it is.
 """
 
 from __future__ import annotations
@@ -259,6 +264,38 @@ def evaluate(args: argparse.Namespace) -> None:
     Path(args.out).write_text(json.dumps(report, indent=1))
 
 
+# Triton 3.6's warp specialization, asked for on the K loops of tma_persistent and persistent_tail
+# (the same text in both) or on tma_persistent's tile loop.
+K_LOOP = (
+    "        for step in range(0, steps):\n            x = x_desc.load([off_m, step * BLOCK_K])"
+)
+TILE_LOOP = (
+    "    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, programs, flatten=FLATTEN):"
+)
+
+
+def warp_specialize(args: argparse.Namespace) -> None:
+    source = Path(args.program).read_text()
+    if TILE_LOOP not in source:
+        raise SystemExit(f"{args.program}: no tma_persistent kernel to warp-specialize")
+    k_loop = K_LOOP.replace("range(0, steps)", "tl.range(0, steps, warp_specialize=True)")
+    tile_loop = TILE_LOOP.replace("flatten=FLATTEN)", "flatten=FLATTEN, warp_specialize=True)")
+    sources = [source, source.replace(K_LOOP, k_loop), source.replace(TILE_LOOP, tile_loop)]
+    runner = Runner(args.samples, args.seed)
+    report: dict[str, Any] = {"device": runner.device}
+    shapes = [s for s in all_shapes() if s.m >= args.min_m]
+    results = {}
+    for name, src in zip(("as_is", "k_loop", "tile_loop"), sources, strict=True):
+        results[name] = runner.measure(src, shapes)
+        if "error" in results[name]:
+            print(f"{name}: FAILED {results[name]['error'][:300]}", flush=True)
+            continue
+        rows = summary(results[name], None if "error" in results["as_is"] else results["as_is"])
+        print(name, " ".join(f"{k}={v:.3f}" for k, v in rows.items() if v == v), flush=True)
+    report["programs"] = results
+    Path(args.out).write_text(json.dumps(report, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -275,8 +312,15 @@ def main() -> None:
     three = sub.add_parser("compose")
     three.add_argument("--variants", required=True)
     three.add_argument("--program", default="composed.txt")
+    four = sub.add_parser("warp-specialize")
+    four.add_argument("program")
+    four.add_argument("--min-m", type=int, default=512)
+    four.add_argument("--out", default="ws.json")
+    four.add_argument("--samples", type=int, default=10)
+    four.add_argument("--seed", type=int, default=5)
     args = parser.parse_args()
-    {"variants": variants, "evaluate": evaluate, "compose": compose}[args.command](args)
+    commands = {"variants": variants, "evaluate": evaluate, "compose": compose}
+    {**commands, "warp-specialize": warp_specialize}[args.command](args)
 
 
 if __name__ == "__main__":

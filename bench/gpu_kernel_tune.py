@@ -338,7 +338,7 @@ def dispatch_rules(report: dict[str, Any]) -> list[tuple[str, str, tuple[int, ..
                 launch = fastest[m]
             else:
                 nearest = min(ms, key=lambda x: abs(math.log(x / m)))
-                launch = modelled_choice(per_m, m, n, k) or fastest[nearest]
+                launch = modelled_choice(per_m, m, n, k, ridge_of(report)) or fastest[nearest]
             if runs:
                 _extend(runs, m, launch)
             else:
@@ -351,25 +351,49 @@ def dispatch_rules(report: dict[str, Any]) -> list[tuple[str, str, tuple[int, ..
 
 
 SMS = 132  # the H100's and the H200's SM count: what the wave model fills
+# Dense bf16 FLOP/s over HBM bytes/s: 989 T over 3.35 TB/s on the H100, over 4.8 TB/s on the H200.
+RIDGE_H100, RIDGE_H200 = 295.0, 206.0
 
 
-def waves(launch: Launch, m: int, n: int, k: int, sms: int = SMS) -> float:
+def ridge_of(report: dict[str, Any]) -> float:
+    """The ridge point of the GPU a sweep report was measured on (the H100's unless an H200)."""
+    return RIDGE_H200 if "H200" in report.get("device", {}).get("name", "") else RIDGE_H100
+
+
+def reduction_waves(
+    tail: int, splits: int, k: int, sms: int = SMS, ridge: float = RIDGE_H100
+) -> float:
+    """What summing ``tail`` tiles split ``splits`` ways costs, in tile times: their fp32
+    partials (4 bytes an element) cross memory twice, against a tile's 2 * K flops an element
+    on one SM of ``sms``: 4 * tail * splits * ridge / (K * sms)."""
+    return 4 * tail * splits * ridge / (k * sms)
+
+
+def waves(
+    launch: Launch, m: int, n: int, k: int, sms: int = SMS, ridge: float = RIDGE_H100
+) -> float:
     """Rounds of whole tiles a launch needs over ``sms`` SMs (one program per SM at a time), in
-    tile times: what makes a launch fast at one M and slow at the next (a partial last wave)."""
+    tile times: what makes a launch fast at one M and slow at the next (a partial last wave).
+    Split launches also pay for summing their partials (:func:`reduction_waves`)."""
     name, p = launch
     tiles = math.ceil(m / p[0]) * math.ceil(n / p[1])
     steps = math.ceil(k / p[2])
     if name in ("split_k", "split_k_fused"):
-        return math.ceil(tiles * p[5] / sms) / p[5]
+        return math.ceil(tiles * p[5] / sms) / p[5] + reduction_waves(tiles, p[5], k, sms, ridge)
     if name == "stream_k":  # every tile's K steps shared out evenly
         return math.ceil(tiles * steps / sms) / steps
-    if name in ("tail_split", "persistent_tail"):  # as their launchers split the last wave
+    if name in ("tail_split", "persistent_tail"):  # split as their launchers split the last wave
         tail, splits, best = tiles % sms, 1, 1.0
         for count in range(2, min(8, steps) + 1):
             cost = math.ceil(tail * count / sms) / count + 0.02 * (count - 1)
             if tail and cost < best:
                 splits, best = count, cost
-        return tiles // sms + (best if splits > 1 else math.ceil(tail / sms))
+        if splits == 1:
+            return math.ceil(tiles / sms)
+        split = math.ceil(tail * splits / sms) / splits + reduction_waves(
+            tail, splits, k, sms, ridge
+        )
+        return tiles // sms + split
     return math.ceil(tiles / sms)
 
 
@@ -391,24 +415,29 @@ def times(report: dict[str, Any]) -> dict[str, dict[int, dict[Launch, float]]]:
 WAVES_FROM_M = 128
 
 
-def modelled_choice(per_m: dict[int, dict[Launch, float]], m: int, n: int, k: int) -> Launch | None:
+def modelled_choice(
+    per_m: dict[int, dict[Launch, float]], m: int, n: int, k: int, ridge: float = RIDGE_H100
+) -> Launch | None:
     """The launch with the least predicted time at ``m``, from its times at the measured Ms on
     either side: time per wave (:func:`waves`) interpolated in log M, times the waves at ``m``
-    (from :data:`WAVES_FROM_M` up; below it, the time itself). None when ``m`` has no measured
-    M on both sides sharing a launch."""
+    (from :data:`WAVES_FROM_M` up; below it, the time itself). Past the largest measured M, the
+    time per wave there carries on (a large GEMM's tiles take as long at any M; how full the
+    last wave is decides). None when ``m`` has no measured M below it sharing a launch with the
+    one above, or is past the last below :data:`WAVES_FROM_M`."""
     below = [x for x in per_m if x < m]
     above = [x for x in per_m if x > m]
-    if not below or not above:
+    if not below or (not above and m < WAVES_FROM_M):
         return None
-    low, high = max(below), min(above)
+    low = max(below)
+    high = min(above) if above else low
     common = set(per_m[low]) & set(per_m[high])
     if not common:
         return None
-    at = math.log(m / low) / math.log(high / low)
+    at = math.log(m / low) / math.log(high / low) if high > low else 0.0
     predicted = {}
 
     def count(launch: Launch, x: int) -> float:
-        return waves(launch, x, n, k) if m >= WAVES_FROM_M else 1.0
+        return waves(launch, x, n, k, ridge=ridge) if m >= WAVES_FROM_M else 1.0
 
     for launch in sorted(common):
         per_wave = [per_m[x][launch] / count(launch, x) for x in (low, high)]
@@ -425,10 +454,21 @@ def assess(args: argparse.Namespace) -> None:
 
     dims = {p.name: (p.n, p.k) for p in PROJECTIONS}
     report = read_sweeps(args.sweep)
+    ridge = ridge_of(report)
     scores: dict[str, list[float]] = defaultdict(list)
     for projection, per_m in sorted(times(report).items()):
         n, k = dims[projection]
         ms = sorted(per_m)
+        # Past the last M: the largest measured M, chosen for from the one below it alone.
+        low, last = ms[-2:]
+        here, best = per_m[last], min(per_m[last].values())
+        beyond = {
+            "below's best, past the last M": min(per_m[low], key=lambda c: per_m[low][c]),
+            "wave model, past the last M": modelled_choice({low: per_m[low]}, last, n, k, ridge),
+        }
+        for way, launch in beyond.items():
+            if launch is not None and launch in here:
+                scores[way].append(best / here[launch])
         for low, m, high in zip(ms, ms[1:], ms[2:], strict=False):
             here = per_m[m]
             best = min(here.values())
@@ -441,7 +481,7 @@ def assess(args: argparse.Namespace) -> None:
                 "best over both neighbours": _best(
                     [{c: 1 / t for c, t in near[x].items()} for x in (low, high)]
                 )[0],
-                "wave model": modelled_choice(near, m, n, k),
+                "wave model": modelled_choice(near, m, n, k, ridge),
             }
             for way, launch in choices.items():
                 if launch is not None and launch in here:

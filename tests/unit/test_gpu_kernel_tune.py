@@ -32,10 +32,25 @@ WIDE = ("tma_persistent", (128, 256, 64, 8, 3, 8, 1))
 def test_waves_count_whole_tiles_over_the_sms(tune: Any) -> None:
     assert tune.waves(PLAIN, 1024, 1280, 8192) == 1  # 80 tiles
     assert tune.waves(PLAIN, 2048, 1280, 8192) == 2  # 160 tiles: a partial second wave
-    assert tune.waves(("split_k", (64, 64, 128, 4, 4, 4)), 64, 1280, 8192) == 0.25  # 80 pieces
+    # 80 pieces in one round of a quarter tile, then 20 tiles' four partials summed
+    split_k = tune.waves(("split_k", (64, 64, 128, 4, 4, 4)), 64, 1280, 8192)
+    assert split_k == 0.25 + tune.reduction_waves(20, 4, 8192)
     # 160 tiles: 132 whole, 28 split so that the tail costs well under a whole wave
     tail = tune.waves(("tail_split", (128, 128, 64, 4, 4, 8)), 2048, 1280, 8192)
     assert 1.1 < tail < 1.5
+
+
+def test_splitting_every_tile_pays_for_summing_them(tune: Any) -> None:
+    # 70B_tp8.qkv M=2048 in 128x256 tiles: all 80 in the last wave, split three ways (240
+    # pieces, two rounds of a third of a tile), and 240 fp32 partial tiles written and read back.
+    wide = tune.waves(("tail_split", (128, 256, 64, 8, 3, 8)), 2048, 1280, 8192)
+    summing = tune.reduction_waves(80, 3, 8192)
+    assert wide == 2 / 3 + summing
+    assert 0.2 < summing < 0.3  # 4 * 240 * 295 / (8192 * 132)
+    # The same sum weighs less on the H200, whose memory is faster for the same flops.
+    assert tune.reduction_waves(80, 3, 8192, ridge=tune.RIDGE_H200) < summing
+    assert tune.ridge_of({"device": {"name": "NVIDIA H200"}}) == tune.RIDGE_H200
+    assert tune.ridge_of({"device": {"name": "NVIDIA H100 80GB HBM3"}}) == tune.RIDGE_H100
     # stream-K: 80 tiles x 128 K steps shared out as 78 steps per SM, 0.61 of a tile time
     stream = tune.waves(("stream_k", (128, 128, 64, 4, 4, 8)), 1024, 1280, 8192)
     assert stream == 78 / 128
@@ -55,6 +70,14 @@ def test_the_wave_model_avoids_a_partial_wave_the_neighbours_did_not_show(tune: 
     assert tune.modelled_choice(per_m, 512, 1280, 8192) is None  # nothing measured below
 
 
+def test_past_the_last_measured_m_the_time_per_wave_carries_on(tune: Any) -> None:
+    # At M = 6144 PLAIN's 480 tiles take four waves and WIDE's 240 two; at M = 8192 PLAIN needs
+    # five (75 us predicted) and WIDE three (91.5 us), though WIDE was the faster at 6144.
+    per_m = {6144: {PLAIN: 60.0, WIDE: 61.0}}
+    assert tune.modelled_choice(per_m, 8192, 1280, 8192) == PLAIN
+    assert tune.modelled_choice({64: {PLAIN: 1.0}}, 100, 1280, 8192) is None  # below the waves
+
+
 def test_dispatch_rules_take_the_fastest_launch_at_each_measured_m(tune: Any) -> None:
     from codevolve.problems.gemm_kernel_gpu.static_check import check_source
 
@@ -70,9 +93,15 @@ def test_dispatch_rules_take_the_fastest_launch_at_each_measured_m(tune: Any) ->
     }
     rules = tune.dispatch_rules(report)
     # PLAIN (fastest at 768) up to M = 1664, its last one-wave M (13 x 10 tiles); then WIDE
-    # (fastest at 3072), whose tiles stay one wave up to M = 3328.
+    # (fastest at 3072), whose tiles stay one wave up to M = 3328. Past 3072, each keeps its
+    # time per wave there (WIDE 10 us, PLAIN 6 us): from M = 3329 WIDE needs two waves (20 us)
+    # and PLAIN three up to M = 4992 (18 us), and so on by whichever fills its last wave better.
     assert rules == [
         ("M <= 1664 and N == 1280 and K == 8192", *PLAIN),
+        ("M <= 3328 and N == 1280 and K == 8192", *WIDE),
+        ("M <= 4992 and N == 1280 and K == 8192", *PLAIN),
+        ("M <= 6656 and N == 1280 and K == 8192", *WIDE),
+        ("M <= 8448 and N == 1280 and K == 8192", *PLAIN),
         ("N == 1280 and K == 8192", *WIDE),
     ]
     source = tune.initial_program()
