@@ -81,6 +81,8 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("stream_k", (64, 128, 64, 4, 4, 8), (128, 128, 64, 4, 4, 8)),
         *_grid("persistent_tail", (128, 128, 64, 8, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1),
                (64, 128, 64, 4, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1)),
+        *_grid("persistent_stream_k", (128, 128, 64, 8, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1),
+               (64, 128, 64, 4, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1)),
     ]),
     (384, 8192, [
         *_grid("tma_persistent", *((128, 256, 64, 8, 3, g, f) for g in (4, 8) for f in (0, 1))),
@@ -94,6 +96,8 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("plain", (128, 256, 64, 8, 3, 8)),
         *_grid("persistent_tail", (128, 256, 64, 8, 3, 8, 1), (128, 256, 64, 8, 3, 4, 1),
                (128, 128, 64, 8, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1), (256, 128, 64, 8, 3, 8, 1)),
+        *_grid("persistent_stream_k", (128, 256, 64, 8, 3, 8, 1), (128, 256, 64, 8, 3, 4, 1),
+               (128, 128, 64, 8, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1)),
     ]),
 ]  # fmt: skip
 
@@ -264,13 +268,14 @@ def shape_ratios(results: dict[str, Any]) -> tuple[float, dict[str, float]]:
 
 def read_sweeps(paths: list[str]) -> dict[str, Any]:
     """One sweep report from one or more: per shape and launch, the geomean of its ratios to the
-    shape's cuBLAS over the sweeps that timed it, as a time against the last sweep's cuBLAS
-    (repeated sweeps average out their noise; launches only a later sweep has are kept)."""
+    shape's cuBLAS over the sweeps that timed it, as a time against the last such sweep's cuBLAS
+    (repeated sweeps average out their noise; launches only a later sweep has are kept, and
+    shapes only some sweeps have: a sweep of a few shapes, ``--only``, adds to the others)."""
     reports = [json.loads(Path(path).read_text()) for path in paths]
     if len(reports) == 1:
         return reports[0]
     shapes: dict[str, dict[str, dict[str, float]]] = {}
-    for key in reports[-1]["shapes"]:
+    for key in dict.fromkeys(key for report in reports for key in report["shapes"]):
         per_launch: dict[str, list[float]] = defaultdict(list)
         cublas = math.nan
         for report in reports:
@@ -382,6 +387,14 @@ def waves(
         return math.ceil(tiles * p[5] / sms) / p[5] + reduction_waves(tiles, p[5], k, sms, ridge)
     if name == "stream_k":  # every tile's K steps shared out evenly
         return math.ceil(tiles * steps / sms) / steps
+    if name == "persistent_stream_k":  # whole waves, then the last wave's K steps shared out
+        tail = tiles % sms
+        if not tail:
+            return tiles // sms
+        per = max(math.ceil(tail * steps / sms), math.ceil(steps / 4))
+        users = math.ceil(tail * steps / per)
+        partials = min(tail + users, 2 * users)  # a program's first and last stretch at most
+        return tiles // sms + per / steps + reduction_waves(partials, 1, k, sms, ridge)
     if name in ("tail_split", "persistent_tail"):  # split as their launchers split the last wave
         tail, splits, best = tiles % sms, 1, 1.0
         for count in range(2, min(8, steps) + 1):

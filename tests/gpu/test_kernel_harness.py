@@ -32,6 +32,7 @@ VARIANT_ARGS = {
     "tail_split": (64, 128, 64, 4, 4, 8),
     "stream_k": (64, 128, 64, 4, 4, 8),
     "persistent_tail": (64, 128, 64, 4, 4, 8, 1),
+    "persistent_stream_k": (64, 128, 64, 4, 4, 8, 1),
     "split_k_fused": (16, 64, 128, 4, 4, 4),
     "plain": (64, 64, 64, 4, 3, 8),
 }

@@ -36,6 +36,7 @@ ARGS = {
     "tail_split": (32, 32, 32, 4, 3, 2),
     "stream_k": (32, 32, 32, 4, 3, 2),
     "persistent_tail": (32, 32, 32, 4, 3, 2, 1),
+    "persistent_stream_k": (32, 32, 32, 4, 3, 2, 1),
     "split_k_fused": (16, 32, 32, 4, 3, 3),
     "plain": (16, 32, 32, 4, 3, 2),
 }
@@ -92,6 +93,12 @@ def test_the_variant_computes_the_product(variant: str, tmp_path: Path) -> None:
         ("tail_split", "for piece in range(0, splits):", "for piece in range(1, splits):"),
         # persistent_tail's last piece leaves the first piece's partial out of its sum.
         ("persistent_tail", "if other != piece:", "if (other != piece) & (other != 0):"),
+        # persistent_stream_k's fix-up leaves out the stretch of the program where a tile starts.
+        (
+            "persistent_stream_k",
+            "acc = tl.load(ws_ptr + (2 * owner + 1) * block + inner)",
+            "acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)",
+        ),
     ],
 )
 def test_a_split_tail_that_drops_a_piece_of_the_split_tiles_is_wrong(

@@ -54,6 +54,13 @@ def test_splitting_every_tile_pays_for_summing_them(tune: Any) -> None:
     # stream-K: 80 tiles x 128 K steps shared out as 78 steps per SM, 0.61 of a tile time
     stream = tune.waves(("stream_k", (128, 128, 64, 4, 4, 8)), 1024, 1280, 8192)
     assert stream == 78 / 128
+    # stream-K on the last wave only: at M = 2048, 132 whole tiles, then 28 tiles' 3584 K steps
+    # in stretches of 32 (a quarter tile, the least a program takes) on 112 SMs, each tile cut
+    # at least once: 28 + 112 partial tiles to sum at most
+    hybrid = tune.waves(("persistent_stream_k", (128, 128, 64, 4, 4, 8, 1)), 2048, 1280, 8192)
+    assert hybrid == 1 + 32 / 128 + tune.reduction_waves(28 + 112, 1, 8192)
+    # 11 x 48 tiles at M = 1408 on 8B.qkv: four whole waves, nothing left to share out
+    assert tune.waves(("persistent_stream_k", (128, 128, 64, 4, 4, 8, 1)), 1408, 6144, 4096) == 4
 
 
 def test_the_wave_model_avoids_a_partial_wave_the_neighbours_did_not_show(tune: Any) -> None:
@@ -123,10 +130,10 @@ def test_a_shape_always_has_the_initial_programs_own_launch_once(tune: Any) -> N
 def test_sweeps_read_together_average_their_ratios(tune: Any, tmp_path: Path) -> None:
     import json
 
-    def report(cublas: float, times: dict[str, float]) -> str:
+    def report(cublas: float, times: dict[str, float], key: str = "8B.o M=24") -> str:
         shape = {label: {"t_us": t, "cublas_us": cublas} for label, t in times.items()}
         path = tmp_path / f"sweep{len(list(tmp_path.iterdir()))}.json"
-        path.write_text(json.dumps({"samples": 5, "shapes": {"8B.o M=24": shape}}))
+        path.write_text(json.dumps({"samples": 5, "shapes": {key: shape}}))
         return str(path)
 
     first = report(10.0, {"plain 64,64,64,4,4,8": 20.0})  # 0.5 of cuBLAS
@@ -134,6 +141,13 @@ def test_sweeps_read_together_average_their_ratios(tune: Any, tmp_path: Path) ->
     merged = tune.read_sweeps([first, second])["shapes"]["8B.o M=24"]
     assert merged["plain 64,64,64,4,4,8"] == {"t_us": 20.0, "cublas_us": 20.0}  # geomean 1.0
     assert merged["tma 64,128,64,4,4,8"]["t_us"] == 40.0  # only the second sweep timed it
+    # A later sweep of other shapes only (sweep --only) keeps the earlier sweeps' shapes.
+    third = report(5.0, {"plain 64,64,64,4,4,8": 10.0}, key="8B.qkv M=96")
+    shapes = tune.read_sweeps([first, second, third])["shapes"]
+    assert (
+        shapes["8B.o M=24"] == merged
+        and shapes["8B.qkv M=96"]["plain 64,64,64,4,4,8"]["t_us"] == 10.0
+    )
 
 
 def test_below_the_wave_threshold_the_model_goes_by_time_alone(tune: Any) -> None:

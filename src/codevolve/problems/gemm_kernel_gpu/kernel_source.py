@@ -66,6 +66,7 @@ VARIANTS: dict[str, Variant] = {
         _variant("tail_split", _GROUP),
         _variant("stream_k", _GROUP),
         _variant("persistent_tail", _GROUP, ("flatten", (0, 1))),
+        _variant("persistent_stream_k", _GROUP, ("flatten", (0, 1))),
         _variant("split_k_fused", ("split_k", (2, 3, 4, 6, 8, 16))),
         _variant("plain", _GROUP),
     )
