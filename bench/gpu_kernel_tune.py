@@ -473,15 +473,17 @@ def assess(args: argparse.Namespace) -> None:
         n, k = dims[projection]
         ms = sorted(per_m)
         # Past the last M: the largest measured M, chosen for from the one below it alone.
-        low, last = ms[-2:]
-        here, best = per_m[last], min(per_m[last].values())
-        beyond = {
-            "below's best, past the last M": min(per_m[low], key=lambda c: per_m[low][c]),
-            "wave model, past the last M": modelled_choice({low: per_m[low]}, last, n, k, ridge),
-        }
-        for way, launch in beyond.items():
-            if launch is not None and launch in here:
-                scores[way].append(best / here[launch])
+        for low, last in zip(ms[-2:-1], ms[-1:], strict=False):  # none with one M
+            here, best = per_m[last], min(per_m[last].values())
+            beyond = {
+                "below's best, past the last M": min(per_m[low], key=lambda c: per_m[low][c]),
+                "wave model, past the last M": modelled_choice(
+                    {low: per_m[low]}, last, n, k, ridge
+                ),
+            }
+            for way, launch in beyond.items():
+                if launch is not None and launch in here:
+                    scores[way].append(best / here[launch])
         for low, m, high in zip(ms, ms[1:], ms[2:], strict=False):
             here = per_m[m]
             best = min(here.values())
