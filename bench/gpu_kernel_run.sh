@@ -6,7 +6,8 @@
 # tune: every candidate launch on every train and validation shape (bench/gpu_kernel_tune.py
 #   sweep, TUNE_S seconds at most, default 330), then the program composed from it: $OUT/tuned.txt;
 #   with TUNE_WITH (earlier sweep reports), also the one composed from all of them averaged:
-#   $OUT/tuned_merged.txt.
+#   $OUT/tuned_merged.txt. TUNE_ONLY="70B_tp8.qkv;8B.qkv" sweeps only the shapes whose keys hold
+#   one of those parts (then only tuned_merged.txt is composed, and only with TUNE_WITH).
 # evolve: `codevolve run gemm-kernel-gpu` for EVOLVE_WALL_S seconds (default 240), seed SEED; with
 #   RESUME=JOB it continues that job from $DB (default $OUT/kernel_evolve.sqlite); the best
 #   program goes to $OUT/kernel_evolved_best.py.
@@ -39,8 +40,11 @@ for step in "$@"; do
       ;;
     tune)
       timeout "${TUNE_S:-330}" python3 bench/gpu_kernel_tune.py sweep --out "$OUT/sweep.json" \
-        --samples "${TUNE_SAMPLES:-5}" --jobs "${TUNE_JOBS:-14}" 2>&1 | tee "$OUT/sweep.log" | tail -40
-      python3 bench/gpu_kernel_tune.py compose --sweep "$OUT/sweep.json" --program "$OUT/tuned.txt"
+        --samples "${TUNE_SAMPLES:-5}" --jobs "${TUNE_JOBS:-14}" --only "${TUNE_ONLY:-}" 2>&1 \
+        | tee "$OUT/sweep.log" | tail -40
+      if [ -z "${TUNE_ONLY:-}" ]; then  # a program needs every shape swept
+        python3 bench/gpu_kernel_tune.py compose --sweep "$OUT/sweep.json" --program "$OUT/tuned.txt"
+      fi
       if [ -n "${TUNE_WITH:-}" ]; then  # earlier sweep reports to average this one with
         python3 bench/gpu_kernel_tune.py compose --sweep $TUNE_WITH "$OUT/sweep.json" \
           --program "$OUT/tuned_merged.txt" | tail -1
