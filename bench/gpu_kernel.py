@@ -237,8 +237,15 @@ def compose(args: argparse.Namespace) -> None:
     Path(args.program).write_text(program_with(rules))
 
 
-def _evaluate(sources: list[str], names: list[str], runner: Runner, report: dict[str, Any]) -> None:
-    shapes = list(all_shapes())
+def _evaluate(
+    sources: list[str],
+    names: list[str],
+    runner: Runner,
+    report: dict[str, Any],
+    shapes: list[GemmShape] | None = None,
+) -> None:
+    """Each source on ``shapes`` (default: all 88), printed and reported against the first."""
+    shapes = list(all_shapes()) if shapes is None else shapes
     # A program named twice (measured at the start and the end of a process) keeps both results.
     names = [
         n if n not in names[:i] else f"{n}#{names[:i].count(n) + 1}" for i, n in enumerate(names)
@@ -284,15 +291,7 @@ def warp_specialize(args: argparse.Namespace) -> None:
     runner = Runner(args.samples, args.seed)
     report: dict[str, Any] = {"device": runner.device}
     shapes = [s for s in all_shapes() if s.m >= args.min_m]
-    results = {}
-    for name, src in zip(("as_is", "k_loop", "tile_loop"), sources, strict=True):
-        results[name] = runner.measure(src, shapes)
-        if "error" in results[name]:
-            print(f"{name}: FAILED {results[name]['error'][:300]}", flush=True)
-            continue
-        rows = summary(results[name], None if "error" in results["as_is"] else results["as_is"])
-        print(name, " ".join(f"{k}={v:.3f}" for k, v in rows.items() if v == v), flush=True)
-    report["programs"] = results
+    _evaluate(sources, ["as_is", "k_loop", "tile_loop"], runner, report, shapes)
     Path(args.out).write_text(json.dumps(report, indent=1))
 
 

@@ -473,7 +473,8 @@ def assess(args: argparse.Namespace) -> None:
         n, k = dims[projection]
         ms = sorted(per_m)
         # Past the last M: the largest measured M, chosen for from the one below it alone.
-        for low, last in zip(ms[-2:-1], ms[-1:], strict=False):  # none with one M
+        if len(ms) > 1:
+            low, last = ms[-2:]
             here, best = per_m[last], min(per_m[last].values())
             beyond = {
                 "below's best, past the last M": min(per_m[low], key=lambda c: per_m[low][c]),
