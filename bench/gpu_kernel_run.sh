@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gemm-kernel-gpu steps on the GPU machine; outputs land in $OUT (default ./gpu-out). Usage:
 #   bash bench/gpu_kernel_run.sh STEP...   with STEP in setup tests variants tune evolve evaluate
+# tests: the GPU harness tests (TESTS_K=EXPR: only those pytest -k selects).
 # setup installs the wheels of .whl/ (carried; see bench/gpu_device_run.sh for the download).
 # variants: every kernel variant per regime (bench/gpu_kernel.py variants).
 # tune: every candidate launch on every train and validation shape (bench/gpu_kernel_tune.py
@@ -31,7 +32,8 @@ for step in "$@"; do
       ;;
     tests)
       timeout 300 python3 -m pytest -c /dev/null --rootdir . -p no:cacheprovider -q \
-        -W ignore::pytest.PytestUnknownMarkWarning tests/gpu/test_kernel_harness.py 2>&1 \
+        -W ignore::pytest.PytestUnknownMarkWarning tests/gpu/test_kernel_harness.py \
+        ${TESTS_K:+-k "$TESTS_K"} 2>&1 \
         | tee "$OUT/kernel_tests.log" | tail -30
       ;;
     variants)

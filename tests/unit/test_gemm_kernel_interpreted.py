@@ -39,6 +39,7 @@ ARGS = {
     "persistent_stream_k": (32, 32, 32, 4, 3, 2, 1),
     "split_k_fused": (16, 32, 32, 4, 3, 3),
     "plain": (16, 32, 32, 4, 3, 2),
+    "gemv": (2, 16, 32, 4, 2),
 }
 
 SCRIPT = """
@@ -129,3 +130,14 @@ def test_a_fused_split_k_whose_last_split_skips_a_partial_is_wrong(tmp_path: Pat
     dropped = source.replace("if other != split:", "if (other != split) & (other != 0):")
     assert dropped != source
     assert len(_errors(dropped, tmp_path)) == len(SHAPES)  # every shape is split three ways
+
+
+def test_a_gemv_whose_programs_all_take_the_first_tokens_is_wrong(tmp_path: Path) -> None:
+    source = _program("gemv", ARGS["gemv"])
+    dropped = source.replace(
+        "rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)", "rows = tl.arange(0, ROWS)"
+    )
+    assert dropped != source
+    wrong = sorted(tuple(shape[:4]) for shape in _errors(dropped, tmp_path))
+    # Two tokens a program: only the one-token shape needs no second row of programs.
+    assert wrong == sorted(shape for shape in SHAPES if shape[0] > ARGS["gemv"][0])

@@ -69,6 +69,12 @@ VARIANTS: dict[str, Variant] = {
         _variant("persistent_stream_k", _GROUP, ("flatten", (0, 1))),
         _variant("split_k_fused", ("split_k", (2, 3, 4, 6, 8, 16))),
         _variant("plain", _GROUP),
+        # Decode on the CUDA cores: tokens per program instead of a tile's rows, no tensor cores.
+        Variant(
+            "gemv",
+            ("rows", "block_n", "block_k", "warps", "stages"),
+            ((1, 2, 4), (8, 16, 32, 64), (128, 256, 512), (2, 4, 8), (1, 2, 3, 4)),
+        ),
     )
 }
 # Regimes a dispatch rule can cover, as the condition it tests (shapes.py's regimes, M alone).
