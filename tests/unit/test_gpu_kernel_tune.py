@@ -158,3 +158,15 @@ def test_below_the_wave_threshold_the_model_goes_by_time_alone(tune: Any) -> Non
     assert tune.WAVES_FROM_M > 32
     # Counting waves would predict the split launch at M=32 a third faster than measured around.
     assert tune.modelled_choice(per_m, 32, 4096, 4096) == plain
+
+
+def test_a_launch_slow_at_both_neighbours_is_not_chosen_between_them(tune: Any) -> None:
+    # The split launch counts 1.6 tile times at M = 96 and 128 but 4.1 at M = 192, so its time
+    # per wave, interpolated, makes the model alone predict it the fastest at M = 128; it was
+    # over CONTENDER_SLACK slower than PLAIN at both measured Ms, so it is no contender.
+    split = ("tail_split", (64, 256, 64, 4, 3, 8))
+    per_m = {96: {PLAIN: 10.0, split: 13.0}, 192: {PLAIN: 12.0, split: 15.0}}
+    assert min(13.0 / 10.0, 15.0 / 12.0) > 1 + tune.CONTENDER_SLACK
+    assert tune.modelled_choice(per_m, 128, 8192, 1024) == PLAIN
+    per_m[96][split] = 11.0  # within the slack at M = 96: the model decides
+    assert tune.modelled_choice(per_m, 128, 8192, 1024) == split
