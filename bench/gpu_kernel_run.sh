@@ -9,6 +9,8 @@
 #   with TUNE_WITH (earlier sweep reports), also the one composed from all of them averaged:
 #   $OUT/tuned_merged.txt. TUNE_ONLY="70B_tp8.qkv;8B.qkv" sweeps only the shapes whose keys hold
 #   one of those parts (then only tuned_merged.txt is composed, and only with TUNE_WITH).
+#   TUNE_FRESH="persistent_stream_k": variants changed since the TUNE_WITH sweeps, whose times
+#   count from this sweep alone.
 # evolve: `codevolve run gemm-kernel-gpu` for EVOLVE_WALL_S seconds (default 240), seed SEED; with
 #   RESUME=JOB it continues that job from $DB (default $OUT/kernel_evolve.sqlite); the best
 #   program goes to $OUT/kernel_evolved_best.py.
@@ -49,7 +51,7 @@ for step in "$@"; do
       fi
       if [ -n "${TUNE_WITH:-}" ]; then  # earlier sweep reports to average this one with
         python3 bench/gpu_kernel_tune.py compose --sweep $TUNE_WITH "$OUT/sweep.json" \
-          --program "$OUT/tuned_merged.txt" | tail -1
+          --program "$OUT/tuned_merged.txt" --fresh ${TUNE_FRESH:-} | tail -1
       fi
       ;;
     evolve)

@@ -5,7 +5,7 @@
         a test shape: every launch first run once per shape in --jobs processes (they fill
         Triton's disk cache), then per shape every launch checked on fresh inputs (three
         distributions) and timed against cuBLAS in the harness's alternating rounds.
-    python bench/gpu_kernel_tune.py compose --sweep sweep.json --program tuned.txt
+    python bench/gpu_kernel_tune.py compose --sweep sweep.json --program tuned.txt [--fresh V]
         (no GPU) Per projection, dispatch rules by M: at a selection M the launch fastest there,
         at any other M the wave model's choice from the selection Ms on either side
         (dispatch_rules), merged where the launch repeats.
@@ -272,12 +272,18 @@ def shape_ratios(results: dict[str, Any]) -> tuple[float, dict[str, float]]:
     return cublas, {label: cublas / v["t_us"] for label, v in timed.items()}
 
 
-def read_sweeps(paths: list[str]) -> dict[str, Any]:
+def read_sweeps(paths: list[str], fresh: tuple[str, ...] = ()) -> dict[str, Any]:
     """One sweep report from one or more: per shape and launch, the geomean of its ratios to the
     shape's cuBLAS over the sweeps that timed it, as a time against the last such sweep's cuBLAS
     (repeated sweeps average out their noise; launches only a later sweep has are kept, and
-    shapes only some sweeps have: a sweep of a few shapes, ``--only``, adds to the others)."""
+    shapes only some sweeps have: a sweep of a few shapes, ``--only``, adds to the others). The
+    variants named in ``fresh`` (changed since the earlier sweeps) count from the last one only."""
     reports = [json.loads(Path(path).read_text()) for path in paths]
+    for report in reports[:-1]:
+        report["shapes"] = {
+            key: {label: v for label, v in results.items() if label.split()[0] not in fresh}
+            for key, results in report["shapes"].items()
+        }
     if len(reports) == 1:
         return reports[0]
     shapes: dict[str, dict[str, dict[str, float]]] = {}
@@ -532,7 +538,7 @@ def assess(args: argparse.Namespace) -> None:
 
 
 def compose(args: argparse.Namespace) -> None:
-    report = read_sweeps(args.sweep)
+    report = read_sweeps(args.sweep, tuple(args.fresh))
     for projection, per_m in sorted(ratios(report).items()):
         cells = []
         for m, launches in sorted(per_m.items()):
@@ -561,6 +567,13 @@ def main() -> None:
     two = sub.add_parser("compose")
     two.add_argument("--sweep", required=True, nargs="+", help="one sweep report or more")
     two.add_argument("--program", default="tuned.txt")
+    two.add_argument(
+        "--fresh",
+        nargs="*",
+        default=[],
+        metavar="VARIANT",
+        help="variants changed since the earlier sweeps: timed by the last alone",
+    )
     three = sub.add_parser("assess")
     three.add_argument("--sweep", required=True, nargs="+", help="one sweep report or more")
     args = parser.parse_args()

@@ -148,6 +148,12 @@ def test_sweeps_read_together_average_their_ratios(tune: Any, tmp_path: Path) ->
         shapes["8B.o M=24"] == merged
         and shapes["8B.qkv M=96"]["plain 64,64,64,4,4,8"]["t_us"] == 10.0
     )
+    # A variant changed since the first sweep counts from the last sweep alone.
+    fresh = tune.read_sweeps([first, second], ("plain",))["shapes"]["8B.o M=24"]
+    assert (
+        fresh["plain 64,64,64,4,4,8"]["t_us"] == 10.0
+        and fresh["tma 64,128,64,4,4,8"] == (merged["tma 64,128,64,4,4,8"])
+    )
 
 
 def test_below_the_wave_threshold_the_model_goes_by_time_alone(tune: Any) -> None:
