@@ -139,5 +139,5 @@ def test_a_gemv_whose_programs_all_take_the_first_tokens_is_wrong(tmp_path: Path
     )
     assert dropped != source
     wrong = sorted(tuple(shape[:4]) for shape in _errors(dropped, tmp_path))
-    # Two tokens a program: only the one-token shape needs no second row of programs.
+    # Up to two tokens a program: only the one-token shape needs no second row of programs.
     assert wrong == sorted(shape for shape in SHAPES if shape[0] > ARGS["gemv"][0])

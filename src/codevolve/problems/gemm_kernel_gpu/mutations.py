@@ -72,8 +72,9 @@ STARTS: dict[tuple[str, str], tuple[int, ...]] = {
     ("persistent_stream_k", "prefill"): (128, 256, 64, 8, 3, 8, 1),
     ("plain", "decode"): (16, 32, 128, 4, 5, 1),
     ("plain", "mid"): (64, 128, 64, 4, 4, 8),
-    # A weight-streaming decode kernel: one token per program, 16 weight rows, 512-wide K steps.
-    ("gemv", "decode"): (1, 16, 512, 4, 3),
+    # A weight-streaming decode kernel: up to four tokens per program, 16 weight rows, 256-wide
+    # K steps.
+    ("gemv", "decode"): (4, 16, 256, 4, 3),
 }
 # Chances of each (variant, regime) start being drawn, relative: the first sweep's largest gains
 # over the initial program (persistent TMA on prefill, split-K on narrow or K-long decode shapes)
