@@ -4,24 +4,16 @@ not once the cache is smaller than the panels its programs are spread over."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit.bench_modules import load_bench
 
 
 @pytest.fixture(scope="module")
 def model() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "gpu_kernel_l2_model", ROOT / "bench" / "gpu_kernel_l2_model.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("gpu_kernel_l2_model")
 
 
 def test_the_swizzled_order_walks_a_group_of_rows_down_each_column(model: Any) -> None:

@@ -3,26 +3,17 @@ choice for an unmeasured M, and the dispatch rules composed from a sweep report.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit.bench_modules import load_bench
 
 
 @pytest.fixture(scope="module")
 def tune() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "gpu_kernel_tune", ROOT / "bench" / "gpu_kernel_tune.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_kernel_tune"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("gpu_kernel_tune")
 
 
 PLAIN = ("plain", (128, 128, 64, 4, 4, 8))
