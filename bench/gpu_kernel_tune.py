@@ -87,6 +87,8 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("persistent_stream_k", (128, 128, 64, 8, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1),
                (64, 128, 64, 4, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1), (128, 256, 64, 8, 3, 8, 0),
                (64, 256, 64, 4, 3, 8, 1)),
+        *_grid("persistent_stream_k_fused", (128, 128, 64, 8, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1),
+               (128, 128, 64, 4, 4, 8, 1), (128, 256, 64, 8, 3, 8, 0)),
     ]),
     (384, 8192, [
         *_grid("tma_persistent", *((128, 256, 64, 8, 3, g, f) for g in (4, 8) for f in (0, 1))),
@@ -103,6 +105,8 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("persistent_stream_k", (128, 256, 64, 8, 3, 8, 1), (128, 256, 64, 8, 3, 4, 1),
                (128, 128, 64, 8, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1), (128, 256, 64, 8, 3, 8, 0),
                (256, 128, 64, 8, 3, 8, 1)),
+        *_grid("persistent_stream_k_fused", (128, 256, 64, 8, 3, 8, 1), (128, 256, 64, 8, 3, 4, 1),
+               (128, 128, 64, 8, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1)),
     ]),
 ]  # fmt: skip
 
@@ -398,7 +402,8 @@ def waves(
         return math.ceil(tiles * p[5] / sms) / p[5] + reduction_waves(tiles, p[5], k, sms, ridge)
     if name == "stream_k":  # every tile's K steps shared out evenly
         return math.ceil(tiles * steps / sms) / steps
-    if name == "persistent_stream_k":  # whole waves, then the last wave's K steps shared out
+    if name in ("persistent_stream_k", "persistent_stream_k_fused"):
+        # whole waves, then the last wave's K steps shared out
         tail = tiles % sms
         if not tail:
             return tiles // sms

@@ -37,6 +37,7 @@ ARGS = {
     "stream_k": (32, 32, 32, 4, 3, 2),
     "persistent_tail": (32, 32, 32, 4, 3, 2, 1),
     "persistent_stream_k": (32, 32, 32, 4, 3, 2, 1),
+    "persistent_stream_k_fused": (32, 32, 32, 4, 3, 2, 1),
     "split_k_fused": (16, 32, 32, 4, 3, 3),
     "plain": (16, 32, 32, 4, 3, 2),
     "gemv": (2, 16, 32, 4, 2),
@@ -99,6 +100,12 @@ def test_the_variant_computes_the_product(variant: str, tmp_path: Path) -> None:
             "persistent_stream_k",
             "acc = tl.load(ws_ptr + (2 * owner + 1) * block + inner)",
             "acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)",
+        ),
+        # persistent_stream_k_fused's last arrival leaves out the program where a tile starts.
+        (
+            "persistent_stream_k_fused",
+            "for program in range(owner, final + 1):",
+            "for program in range(owner + 1, final + 1):",
         ),
     ],
 )

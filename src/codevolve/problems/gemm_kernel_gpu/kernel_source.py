@@ -67,6 +67,7 @@ VARIANTS: dict[str, Variant] = {
         _variant("stream_k", _GROUP),
         _variant("persistent_tail", _GROUP, ("flatten", (0, 1))),
         _variant("persistent_stream_k", _GROUP, ("flatten", (0, 1))),
+        _variant("persistent_stream_k_fused", _GROUP, ("flatten", (0, 1))),
         _variant("split_k_fused", ("split_k", (2, 3, 4, 6, 8, 16))),
         _variant("plain", _GROUP),
         # Decode on the CUDA cores: tokens per program instead of a tile's rows, no tensor cores.
