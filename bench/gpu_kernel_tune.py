@@ -72,6 +72,13 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
                (64, 256, 64, 8, 3, 8)),
         *_grid("tma", (64, 128, 64, 4, 4, 8), (64, 128, 128, 4, 3, 8), (128, 128, 64, 4, 4, 8),
                (128, 128, 64, 8, 4, 8), (128, 256, 64, 8, 3, 8), (64, 256, 64, 4, 3, 8)),
+        # One of the plain kernel's most frequent mid-size winners (64x128 tiles, 128-wide K
+        # steps, four stages; 9 of the 72 mid-size shapes in the first H200 sweep) in the TMA
+        # kernels too.
+        *_grid("tma", (64, 128, 128, 4, 4, 8)),
+        *_grid("tma_persistent", (64, 128, 128, 4, 4, 8, 1)),
+        *_grid("persistent_stream_k", (64, 128, 128, 4, 4, 8, 1)),
+        *_grid("persistent_stream_k_fused", (64, 128, 128, 4, 4, 8, 1)),
         *_grid("tma_persistent", (128, 128, 64, 4, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1),
                (64, 128, 64, 4, 4, 8, 1), (128, 128, 64, 8, 4, 8, 1)),
         *_grid("tail_split", (64, 64, 128, 4, 4, 8), (64, 128, 64, 4, 4, 8),
