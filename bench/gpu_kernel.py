@@ -318,8 +318,13 @@ def main() -> None:
     four.add_argument("--samples", type=int, default=10)
     four.add_argument("--seed", type=int, default=5)
     args = parser.parse_args()
-    commands = {"variants": variants, "evaluate": evaluate, "compose": compose}
-    {**commands, "warp-specialize": warp_specialize}[args.command](args)
+    commands = {
+        "variants": variants,
+        "evaluate": evaluate,
+        "compose": compose,
+        "warp-specialize": warp_specialize,
+    }
+    commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -349,8 +349,9 @@ def dispatch_rules(report: dict[str, Any]) -> list[tuple[str, str, tuple[int, ..
     a selection M, the launch measured fastest there; at any other M, the wave model's choice
     from the selection Ms on either side (:func:`modelled_choice`), else the nearer one's best.
     Leaving each selection M out in turn, the wave model came closer to the best launch than
-    the nearer neighbour's best (0.974 of it against 0.948, three H100 sweeps averaged; past
-    each projection's last M, 1.000 against 0.947: ``assess``)."""
+    the nearer neighbour's best (0.979 of it against 0.948, three H100 sweeps averaged; 0.975
+    against 0.935, two H200 sweeps; past each projection's last M, 1.000 against 0.947 and 0.999
+    against 0.925: ``assess``)."""
     from codevolve.problems.gemm_tiling.shapes import PROJECTIONS
 
     dims = {p.name: (p.n, p.k) for p in PROJECTIONS}
