@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # gemm-kernel-gpu steps on the GPU machine; outputs land in $OUT (default ./gpu-out). Usage:
-#   bash bench/gpu_kernel_run.sh STEP...   with STEP in setup tests variants tune evolve evaluate
+#   bash bench/gpu_kernel_run.sh STEP...   with STEP in setup tests probe variants tune evolve evaluate
 # tests: the GPU harness tests (TESTS_K=EXPR: only those pytest -k selects).
+# probe: single kernels timed alone (bench/gpu_kernel_probe.py: K splits of mid-size tiles, and
+#   the L2's state after the flush).
 # setup installs the wheels of .whl/ (carried; see bench/gpu_device_run.sh for the download).
 # variants: every kernel variant per regime (bench/gpu_kernel.py variants).
 # tune: every candidate launch on every train and validation shape (bench/gpu_kernel_tune.py
@@ -37,6 +39,9 @@ for step in "$@"; do
         -W ignore::pytest.PytestUnknownMarkWarning tests/gpu/test_kernel_harness.py \
         ${TESTS_K:+-k "$TESTS_K"} 2>&1 \
         | tee "$OUT/kernel_tests.log" | tail -30
+      ;;
+    probe)
+      timeout 240 python3 bench/gpu_kernel_probe.py --out "$OUT/probe.json" 2>&1 | tee "$OUT/probe.log"
       ;;
     variants)
       timeout 400 python3 bench/gpu_kernel.py variants --out "$OUT/variants.json" \

@@ -1,0 +1,193 @@
+"""Probes of single kernels on the GPU, to explain what the sweep measured (not a harness).
+
+    python bench/gpu_kernel_probe.py [--out probe.json] [--samples 25]
+
+Two questions, each a table of median times (CUDA events around one launch, after an L2 flush
+as the harness does it, or as named):
+
+- **split**: does splitting a mid-size tile along K shorten the programs as it should? The
+  first H200 sweeps timed a 128x256 tail split of 8B.qkv M=256 (48 tiles, two K halves on 96
+  SMs) at 49 us, the same as one program per whole tile (50 us). Here ``tail_split_kernel``
+  runs alone (every tile in the tail, ``splits`` forced) for splits 1-4 and two tiles, beside
+  its sum kernel, the whole launch and cuBLAS.
+- **l2**: is a launch after the flush slowed by the flush's dirty lines? The same launch after
+  a write flush (the harness's), after a write flush then a read of another buffer of the same
+  size (clean lines), and warm (no flush), for cuBLAS and our kernels, decode and mid-size.
+
+Our own kernel variants are imported from their text (variants/<name>.txt), trusted here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from codevolve.problems.gemm_kernel_gpu.kernel_source import variant_source
+
+PRELUDE = "import math\nimport torch\nimport triton\nimport triton.language as tl\n"
+FLUSH_BYTES = 256 << 20
+SHAPES = {  # key: (M, N, K)
+    "8B.qkv M=1": (1, 6144, 4096),
+    "8B.qkv M=256": (256, 6144, 4096),
+    "8B.qkv M=512": (512, 6144, 4096),
+    "70B_tp8.qkv M=1024": (1024, 1280, 8192),
+}
+
+
+def load_variant(name: str, workdir: Path) -> Any:
+    """Variant ``name``'s module (written to a file: Triton reads kernel source through inspect)."""
+    path = workdir / f"probe_{name}.py"
+    path.write_text(PRELUDE + variant_source(name))
+    spec = importlib.util.spec_from_file_location(f"probe_{name}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Clock:
+    """Median time of a launch under one L2 state: "dirty" (write flush), "clean" (write flush,
+    then a read of as many other bytes), "warm" (no flush)."""
+
+    def __init__(self, samples: int) -> None:
+        import torch
+
+        self.torch = torch
+        self.samples = samples
+        self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.other = torch.ones(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.sink = torch.empty((), dtype=torch.int64, device="cuda")
+
+    def time_us(self, launch: Callable[[], Any], state: str = "dirty") -> float:
+        torch = self.torch
+        for _ in range(3):
+            launch()
+        times = []
+        for _ in range(self.samples):
+            if state != "warm":
+                self.flush.zero_()
+            if state == "clean":
+                torch.sum(self.other, dtype=torch.int64, out=self.sink)
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(100_000)  # the host's lead: the launch is queued before it runs
+            start.record()
+            launch()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1000.0)
+        return statistics.median(times)
+
+
+def operands(dims: tuple[int, int, int]) -> tuple[Any, Any, Any, Any]:
+    import torch
+
+    m, n, k = dims
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    workspace = torch.empty(max(4 * m * n, 16 << 20), device="cuda", dtype=torch.float32)
+    return x, w, y, workspace
+
+
+def probe_split(clock: Clock, tail: Any, num_sms: int) -> list[dict[str, Any]]:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    rows: list[dict[str, Any]] = []
+    for key in ("8B.qkv M=256", "70B_tp8.qkv M=1024"):
+        m, n, k = dims = SHAPES[key]
+        x, w, y, workspace = operands(dims)
+        rows.append({"shape": key, "what": "cublas", "us": clock.time_us(partial(cublas, x, w))})
+        for bm, bn, bk, warps, stages in ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4),
+                                          (128, 128, 64, 8, 4)):  # fmt: skip
+            tiles = -(-m // bm) * -(-n // bn)
+            descs = (TensorDescriptor.from_tensor(x, [bm, bk]),
+                     TensorDescriptor.from_tensor(w, [bn, bk]),
+                     TensorDescriptor.from_tensor(y, [bm, bn]))  # fmt: skip
+            tile = f"{bm}x{bn}x{bk} w{warps} s{stages}"
+            for splits in (1, 2, 3, 4):
+                if tiles * splits * bm * bn > workspace.numel():
+                    continue
+                main_kernel = partial(
+                    tail.tail_split_kernel[(tiles * splits,)], *descs, workspace, m, n, k, 0,
+                    splits, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps,
+                    num_stages=stages,
+                )  # fmt: skip
+                rows_per = min(bm, 16)
+                reduce_kernel = partial(
+                    tail.tail_reduce_kernel[(tiles, bm // rows_per)], workspace, y, m, n, 0,
+                    splits, y.stride(0), y.stride(1), BLOCK_M=bm, BLOCK_N=bn, GROUP_M=8,
+                    ROWS=rows_per, num_warps=4,
+                )  # fmt: skip
+                for what, launch in (("main", main_kernel), ("reduce", reduce_kernel)):
+                    label = f"{what} {tile} splits={splits} programs={tiles * splits}"
+                    rows.append({"shape": key, "what": label, "us": clock.time_us(launch)})
+            whole = partial(tail.launch_tail_split, x, w, y, workspace, num_sms, bm, bn, bk, warps,
+                            stages, 8)  # fmt: skip
+            rows.append(
+                {"shape": key, "what": f"launch_tail_split {tile}", "us": clock.time_us(whole)}
+            )
+    return rows
+
+
+def cublas(x: Any, w: Any) -> Any:
+    return x @ w.T
+
+
+def probe_l2(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for key in ("8B.qkv M=1", "8B.qkv M=256", "8B.qkv M=512"):
+        x, w, y, workspace = operands(SHAPES[key])
+        args = (x, w, y, workspace, num_sms)
+        launches: dict[str, Callable[[], Any]] = {"cublas": partial(cublas, x, w)}
+        if key.endswith("M=1"):
+            launches["split_k 16x64x128 w4 s4 k8"] = partial(
+                modules["split_k"].launch_split_k, *args, 16, 64, 128, 4, 4, 8
+            )
+        else:
+            launches["tma_persistent 128x256x64 w8 s3"] = partial(
+                modules["tma_persistent"].launch_tma_persistent, *args, 128, 256, 64, 8, 3, 8, 1
+            )
+        for what, launch in launches.items():
+            for state in ("dirty", "clean", "warm"):
+                rows.append(
+                    {"shape": key, "what": what, "l2": state, "us": clock.time_us(launch, state)}
+                )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="probe.json")
+    parser.add_argument("--samples", type=int, default=25)
+    args = parser.parse_args()
+    import torch
+
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    clock = Clock(args.samples)
+    with tempfile.TemporaryDirectory() as tmp:
+        sys.path.insert(0, tmp)
+        names = ("tail_split", "tma_persistent", "split_k")
+        modules = {name: load_variant(name, Path(tmp)) for name in names}
+        report = {
+            "device": torch.cuda.get_device_name(0),
+            "split": probe_split(clock, modules["tail_split"], num_sms),
+            "l2": probe_l2(clock, modules, num_sms),
+        }
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    for section in ("split", "l2"):
+        for row in report[section]:
+            print(f"{section:5} {row['shape']:20} {row['what']:52} {row.get('l2', ''):6} "
+                  f"{row['us']:8.1f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
