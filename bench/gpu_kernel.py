@@ -14,7 +14,9 @@ is checked on fresh inputs, then timed against cuBLAS with cold L2, alternating,
         them) as the regime's rule, then per projection a rule for a launch that beats that on
         the projection's train shapes of the regime by PROJECTION_GAIN.
     python bench/gpu_kernel.py evaluate PROGRAM... [--samples 30] [--out evaluate.json]
+            [--flush dirty|clean]
         Programs on all 88 shapes, per regime and split: vs cuBLAS and vs the first program.
+        --flush clean: the L2 left clean before each timed launch (kernel_bench.FLUSHES).
     python bench/gpu_kernel.py warp-specialize PROGRAM [--min-m 512] [--out ws.json]
         The program as it is, then with the K loops of its persistent TMA kernels (tma_persistent,
         persistent_tail) warp-specialized, then with tma_persistent's tile loop warp-specialized
@@ -106,7 +108,7 @@ def program_with(rules: list[tuple[str, str, tuple[int, ...]]]) -> str:
 class Runner:
     """The harness in this process (torch and Triton imported here: compose needs neither)."""
 
-    def __init__(self, samples: int, seed: int) -> None:
+    def __init__(self, samples: int, seed: int, flush: str = "dirty") -> None:
         import torch
 
         from codevolve.evaluator_workers.gpu.gemm_bench import device_info
@@ -114,7 +116,7 @@ class Runner:
         from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader
 
         self.device = device_info()
-        self.bench = KernelBench()
+        self.bench = KernelBench(flush)
         self.loader = KernelLoader()
         self.samples = samples
         self.gen = torch.Generator(device="cuda")
@@ -264,8 +266,8 @@ def _evaluate(
 
 
 def evaluate(args: argparse.Namespace) -> None:
-    runner = Runner(args.samples, args.seed)
-    report: dict[str, Any] = {"device": runner.device}
+    runner = Runner(args.samples, args.seed, args.flush)
+    report: dict[str, Any] = {"device": runner.device, "flush": args.flush}
     sources = [Path(p).read_text() for p in args.programs]
     _evaluate(sources, [Path(p).stem for p in args.programs], runner, report)
     Path(args.out).write_text(json.dumps(report, indent=1))
@@ -308,6 +310,7 @@ def main() -> None:
     two.add_argument("--out", default="evaluate.json")
     two.add_argument("--samples", type=int, default=30)
     two.add_argument("--seed", type=int, default=1)
+    two.add_argument("--flush", choices=("dirty", "clean"), default="dirty")
     three = sub.add_parser("compose")
     three.add_argument("--variants", required=True)
     three.add_argument("--program", default="composed.txt")

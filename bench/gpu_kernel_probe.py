@@ -8,8 +8,9 @@ as the harness does it, or as named):
 - **split**: does splitting a mid-size tile along K shorten the programs as it should? The
   first H200 sweeps timed a 128x256 tail split of 8B.qkv M=256 (48 tiles, two K halves on 96
   SMs) at 49 us, the same as one program per whole tile (50 us). Here ``tail_split_kernel``
-  runs alone (every tile in the tail, ``splits`` forced) for splits 1-4 and two tiles, beside
-  its sum kernel, the whole launch and cuBLAS.
+  runs alone (every tile in the tail, ``splits`` forced) for splits 1-4 and four tiles, beside
+  its sum kernel, the whole launch, cuBLAS, and plain reads of w and x (torch.sum: the floor a
+  kernel that reads w once from HBM cannot go under), after a dirty and after a clean flush.
 - **l2**: is a launch after the flush slowed by the flush's dirty lines? The same launch after
   a write flush (the harness's), after a write flush then a read of another buffer of the same
   size (clean lines), and warm (no flush), for cuBLAS and our kernels, decode and mid-size.
@@ -75,7 +76,7 @@ class Clock:
             if state != "warm":
                 self.flush.zero_()
             if state == "clean":
-                torch.sum(self.other, dtype=torch.int64, out=self.sink)
+                self.sink = torch.sum(self.other, dtype=torch.int64)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             torch.cuda._sleep(100_000)  # the host's lead: the launch is queued before it runs
@@ -98,16 +99,31 @@ def operands(dims: tuple[int, int, int]) -> tuple[Any, Any, Any, Any]:
     return x, w, y, workspace
 
 
+STATES = ("dirty", "clean")
+# Tiles of the split probe (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): the sweep's mid-size
+# 128-row tiles, and the same with 128-wide K steps (256 contiguous bytes of each row a step).
+TILES = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 128, 8, 2), (128, 128, 128, 8, 3))
+
+
 def probe_split(clock: Clock, tail: Any, num_sms: int) -> list[dict[str, Any]]:
+    import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     rows: list[dict[str, Any]] = []
     for key in ("8B.qkv M=256", "70B_tp8.qkv M=1024"):
         m, n, k = dims = SHAPES[key]
         x, w, y, workspace = operands(dims)
-        rows.append({"shape": key, "what": "cublas", "us": clock.time_us(partial(cublas, x, w))})
-        for bm, bn, bk, warps, stages in ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4),
-                                          (128, 128, 64, 8, 4)):  # fmt: skip
+        for state in STATES:
+            rows.append({"shape": key, "what": "cublas", "l2": state,
+                         "us": clock.time_us(partial(cublas, x, w), state)})  # fmt: skip
+        for name, read in (
+            ("w.sum", partial(torch.sum, w, dtype=torch.float32)),
+            ("x.sum", partial(torch.sum, x, dtype=torch.float32)),
+        ):
+            for state in STATES:
+                rows.append({"shape": key, "what": name, "l2": state,
+                             "us": clock.time_us(read, state)})  # fmt: skip
+        for bm, bn, bk, warps, stages in TILES:
             tiles = -(-m // bm) * -(-n // bn)
             descs = (TensorDescriptor.from_tensor(x, [bm, bk]),
                      TensorDescriptor.from_tensor(w, [bn, bk]),
@@ -127,14 +143,18 @@ def probe_split(clock: Clock, tail: Any, num_sms: int) -> list[dict[str, Any]]:
                     splits, y.stride(0), y.stride(1), BLOCK_M=bm, BLOCK_N=bn, GROUP_M=8,
                     ROWS=rows_per, num_warps=4,
                 )  # fmt: skip
-                for what, launch in (("main", main_kernel), ("reduce", reduce_kernel)):
-                    label = f"{what} {tile} splits={splits} programs={tiles * splits}"
-                    rows.append({"shape": key, "what": label, "us": clock.time_us(launch)})
+                label = f"main {tile} splits={splits} programs={tiles * splits}"
+                for state in STATES:
+                    rows.append({"shape": key, "what": label, "l2": state,
+                                 "us": clock.time_us(main_kernel, state)})  # fmt: skip
+                if splits == 2:
+                    rows.append({"shape": key, "what": f"reduce {tile} splits=2", "l2": "clean",
+                                 "us": clock.time_us(reduce_kernel, "clean")})  # fmt: skip
             whole = partial(tail.launch_tail_split, x, w, y, workspace, num_sms, bm, bn, bk, warps,
                             stages, 8)  # fmt: skip
-            rows.append(
-                {"shape": key, "what": f"launch_tail_split {tile}", "us": clock.time_us(whole)}
-            )
+            for state in STATES:
+                rows.append({"shape": key, "what": f"launch_tail_split {tile}", "l2": state,
+                             "us": clock.time_us(whole, state)})  # fmt: skip
     return rows
 
 

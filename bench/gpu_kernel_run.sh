@@ -75,14 +75,15 @@ for step in "$@"; do
       python3 -m codevolve.services.cli best --db "$DB" "$job" > "$OUT/kernel_evolved_best.py"
       ;;
     evaluate)
-      # EVAL_PROGRAMS: the stored programs to measure (default: all of bench/gpu_kernel_programs).
+      # EVAL_PROGRAMS: the stored programs to measure (default: all of bench/gpu_kernel_programs);
+      # EVAL_FLUSH=clean: the L2 left clean instead of dirty before each timed launch.
       programs=(src/codevolve/problems/gemm_kernel_gpu/initial_program.txt
         ${EVAL_PROGRAMS:-bench/gpu_kernel_programs/*.txt})
       [ -s "$OUT/kernel_evolved_best.py" ] && programs+=("$OUT/kernel_evolved_best.py")
       [ -s "$OUT/tuned.txt" ] && programs+=("$OUT/tuned.txt")
       [ -s "$OUT/tuned_merged.txt" ] && programs+=("$OUT/tuned_merged.txt")
       timeout 300 python3 bench/gpu_kernel.py evaluate "${programs[@]}" --samples 30 \
-        --seed ${SEED_EVAL:-2} --out "$OUT/kernel_evaluate.json" 2>&1 | tee "$OUT/kernel_evaluate.log"
+        --seed ${SEED_EVAL:-2} --flush "${EVAL_FLUSH:-dirty}" --out "$OUT/kernel_evaluate.json" 2>&1 | tee "$OUT/kernel_evaluate.log"
       ;;
   esac
 done

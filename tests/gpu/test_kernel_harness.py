@@ -180,6 +180,23 @@ def test_host_time_before_a_launch_is_not_timed() -> None:
     assert timing.t_us < 2 * timing.cublas_us, timing
 
 
+def test_a_clean_flush_leaves_no_write_back_to_the_timed_launch() -> None:
+    from codevolve.evaluator_workers.gpu.kernel_bench import KernelBench
+
+    def launch(x: Any, w: Any, y: Any, workspace: Any, num_sms: int) -> None:
+        torch.matmul(x, w.t(), out=y)
+
+    # A decode GEMV reads 50 MB once: after a dirty flush it pays the L2's write-back too
+    # (28.3 us against 22.2 on an H100, bench/gpu_kernel_probe.py).
+    dims = (1, 6144, 4096)
+    dirty = KernelBench("dirty").time(launch, dims, _gen(), samples=10)
+    clean = KernelBench("clean").time(launch, dims, _gen(), samples=10)
+    assert dirty.status == clean.status == "ok"
+    assert clean.cublas_us < 0.95 * dirty.cublas_us, (clean, dirty)
+    with pytest.raises(ValueError, match="unknown flush 'warm'"):
+        KernelBench("warm")
+
+
 def test_changing_the_inputs_is_caught(bench: Any) -> None:
     def launch(x: Any, w: Any, y: Any, workspace: Any, num_sms: int) -> None:
         y.copy_(x @ w.t())

@@ -20,11 +20,11 @@ owns every buffer, the stream, the clocks and the reference; what each check cat
   cuBLAS call timed in the same round.
 
 Timing is gemm_bench's protocol: GPU kept busy before each shape, cold L2 (a flush of at least
-256 MiB before each timed launch), CUDA events, candidate and cuBLAS alternating, medians. Each
-timed launch waits behind a GPU-side spin, so the host has queued it before the GPU gets there;
-a round where the GPU got there first is late (its interval may hold host time) and is left out
-(:data:`LATE_SHARE`). A kernel that hangs is ended by the device process's timeout (the process
-is recycled).
+256 MiB before each timed launch; see :data:`FLUSHES`), CUDA events, candidate and cuBLAS
+alternating, medians. Each timed launch waits behind a GPU-side spin, so the host has queued it
+before the GPU gets there; a round where the GPU got there first is late (its interval may hold
+host time) and is left out (:data:`LATE_SHARE`). A kernel that hangs is ended by the device
+process's timeout (the process is recycled).
 
 Imported only in the device process (needs torch and Triton).
 """
@@ -77,6 +77,14 @@ LEAD_CYCLES = 400_000
 # cap the rounds count as they are: a launch whose host code outruns a ~2 ms lead is slow.
 LATE_SHARE = 0.2
 MAX_LEAD_CYCLES = 16 * LEAD_CYCLES
+# How the L2 is left before a timed launch. "dirty" (the default, as triton.testing.do_bench and
+# gemm_bench flush): a buffer of 4x the L2 is written, so the L2 is full of dirty lines and the
+# timed kernel's first reads pay their write-back too; on an H100 that added about 6 us to
+# cuBLAS on 8B.qkv M=1 (28.3 us against 22.2; bench/gpu_kernel_probe.py). "clean": the same
+# write, then a read of another buffer of 2x the L2, so the kernel finds clean lines only (as
+# after kernels that mostly read). Both sides of a ratio are timed after the same flush; the
+# fixed cost of the dirty one brings short kernels' ratios closer to 1.
+FLUSHES = ("dirty", "clean")
 
 
 class CandidateFault(WorkerError):
@@ -157,11 +165,18 @@ def _tolerance_problem(y: torch.Tensor, ref: torch.Tensor, atol: float) -> str:
 class KernelBench:
     """Checks and times launch functions on the GPU this process holds."""
 
-    def __init__(self) -> None:
+    def __init__(self, flush: str = "dirty") -> None:
+        if flush not in FLUSHES:
+            raise ValueError(f"unknown flush {flush!r}: one of {', '.join(FLUSHES)}")
         props = torch.cuda.get_device_properties(0)
         self.num_sms = int(props.multi_processor_count)
         flush_bytes = max(FLUSH_MIN_BYTES, 4 * props.L2_cache_size)
         self._flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
+        self._clean = (
+            torch.ones(2 * props.L2_cache_size // 4, dtype=torch.int32, device="cuda")
+            if flush == "clean"
+            else None
+        )
         self._fastest_cublas: dict[Shape, float] = {}  # microseconds, per shape
         self.lead_cycles = LEAD_CYCLES
         self.late_rounds = 0  # late rounds seen over this object's life (each pass counted)
@@ -291,6 +306,8 @@ class KernelBench:
         """Queue a spin (the host's lead, :attr:`lead_cycles`) and an L2 flush."""
         torch.cuda._sleep(self.lead_cycles)  # type: ignore[no-untyped-call]
         self._flush.zero_()
+        if self._clean is not None:
+            torch.sum(self._clean, dtype=torch.int64)  # reads only: the L2 ends up clean
 
     def warm_up(self) -> None:
         end = time.perf_counter() + SHAPE_WARMUP_S
