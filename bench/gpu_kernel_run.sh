@@ -10,7 +10,8 @@
 #   sweep, TUNE_S seconds at most, default 330), then the program composed from it: $OUT/tuned.txt;
 #   with TUNE_WITH (earlier sweep reports), also the one composed from all of them averaged:
 #   $OUT/tuned_merged.txt. TUNE_ONLY="70B_tp8.qkv;8B.qkv" sweeps only the shapes whose keys hold
-#   one of those parts (then only tuned_merged.txt is composed, and only with TUNE_WITH).
+#   one of those parts (then only tuned_merged.txt is composed, and only with TUNE_WITH);
+#   TUNE_MAX_M=16 only the shapes with M <= 16 (the same).
 #   TUNE_FRESH="persistent_stream_k": variants changed since the TUNE_WITH sweeps, whose times
 #   count from this sweep alone.
 # evolve: `codevolve run gemm-kernel-gpu` for EVOLVE_WALL_S seconds (default 240), seed SEED; with
@@ -49,9 +50,10 @@ for step in "$@"; do
       ;;
     tune)
       timeout "${TUNE_S:-330}" python3 bench/gpu_kernel_tune.py sweep --out "$OUT/sweep.json" \
-        --samples "${TUNE_SAMPLES:-5}" --jobs "${TUNE_JOBS:-14}" --only "${TUNE_ONLY:-}" 2>&1 \
+        --samples "${TUNE_SAMPLES:-5}" --jobs "${TUNE_JOBS:-14}" --only "${TUNE_ONLY:-}" \
+        --max-m "${TUNE_MAX_M:-0}" 2>&1 \
         | tee "$OUT/sweep.log" | tail -40
-      if [ -z "${TUNE_ONLY:-}" ]; then  # a program needs every shape swept
+      if [ -z "${TUNE_ONLY:-}${TUNE_MAX_M:-}" ]; then  # a program needs every shape swept
         python3 bench/gpu_kernel_tune.py compose --sweep "$OUT/sweep.json" --program "$OUT/tuned.txt"
       fi
       if [ -n "${TUNE_WITH:-}" ]; then  # earlier sweep reports to average this one with

@@ -1,10 +1,12 @@
 """gemm-kernel-gpu: every kernel launch on every selection shape, and the program chosen from it.
 
     python bench/gpu_kernel_tune.py sweep --out sweep.json [--samples 5] [--jobs 14]
+            [--only PART;PART] [--max-m M]
         Each candidate launch of LAUNCHES (per M range) on each train and validation shape, never
         a test shape: every launch first run once per shape in --jobs processes (they fill
         Triton's disk cache), then per shape every launch checked on fresh inputs (three
-        distributions) and timed against cuBLAS in the harness's alternating rounds.
+        distributions) and timed against cuBLAS in the harness's alternating rounds. --only and
+        --max-m keep some shapes (a partial sweep, merged with full ones by compose).
     python bench/gpu_kernel_tune.py compose --sweep sweep.json --program tuned.txt [--fresh V]
         (no GPU) Per projection, dispatch rules by M: at a selection M the launch fastest there,
         at any other M the wave model's choice from the selection Ms on either side
@@ -223,6 +225,8 @@ def sweep(args: argparse.Namespace) -> None:
     shapes = selection_shapes()
     if args.only:
         shapes = [s for s in shapes if any(part in _key(s) for part in args.only.split(";"))]
+    if args.max_m:
+        shapes = [s for s in shapes if s.m <= args.max_m]
     if args.jobs > 1:
         precompile(shapes, args.jobs)
     bench = KernelBench()
@@ -576,6 +580,7 @@ def main() -> None:
     one.add_argument("--seed", type=int, default=3)
     one.add_argument("--jobs", type=int, default=14)
     one.add_argument("--only", default="", help="';'-separated parts of shape keys to keep")
+    one.add_argument("--max-m", type=int, default=0, help="only shapes with M <= this (0: all)")
     two = sub.add_parser("compose")
     two.add_argument("--sweep", required=True, nargs="+", help="one sweep report or more")
     two.add_argument("--program", default="tuned.txt")
