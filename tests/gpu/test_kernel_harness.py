@@ -187,7 +187,7 @@ def test_a_clean_flush_leaves_no_write_back_to_the_timed_launch() -> None:
         torch.matmul(x, w.t(), out=y)
 
     # A decode GEMV reads 50 MB once: after a dirty flush it pays the L2's write-back too
-    # (28.3 us against 22.2 on an H100, bench/gpu_kernel_probe.py).
+    # (28.4 us against 22.2 on an H100, bench/gpu_kernel_probe.py).
     dims = (1, 6144, 4096)
     dirty = KernelBench("dirty").time(launch, dims, _gen(), samples=10)
     clean = KernelBench("clean").time(launch, dims, _gen(), samples=10)

@@ -80,7 +80,7 @@ MAX_LEAD_CYCLES = 16 * LEAD_CYCLES
 # How the L2 is left before a timed launch. "dirty" (the default, as triton.testing.do_bench and
 # gemm_bench flush): a buffer of 4x the L2 is written, so the L2 is full of dirty lines and the
 # timed kernel's first reads pay their write-back too; on an H100 that added about 6 us to
-# cuBLAS on 8B.qkv M=1 (28.3 us against 22.2; bench/gpu_kernel_probe.py). "clean": the same
+# cuBLAS on 8B.qkv M=1 (28.4 us against 22.2; bench/gpu_kernel_probe.py). "clean": the same
 # write, then a read of another buffer of 2x the L2, so the kernel finds clean lines only (as
 # after kernels that mostly read). Both sides of a ratio are timed after the same flush; the
 # fixed cost of the dirty one brings short kernels' ratios closer to 1.
