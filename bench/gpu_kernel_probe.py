@@ -21,20 +21,21 @@ Our own kernel variants are imported from their text (variants/<name>.txt), trus
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import builtins
 import json
+import os
 import statistics
-import sys
 import tempfile
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+from codevolve.evaluator_workers.gpu.kernel_loader import LoadError, SourceModules
 from codevolve.problems.gemm_kernel_gpu.kernel_source import variant_source
 
 PRELUDE = "import math\nimport torch\nimport triton\nimport triton.language as tl\n"
-FLUSH_BYTES = 256 << 20
 SHAPES = {  # key: (M, N, K)
     "8B.qkv M=1": (1, 6144, 4096),
     "8B.qkv M=256": (256, 6144, 4096),
@@ -43,15 +44,13 @@ SHAPES = {  # key: (M, N, K)
 }
 
 
-def load_variant(name: str, workdir: Path) -> Any:
-    """Variant ``name``'s module (written to a file: Triton reads kernel source through inspect)."""
-    path = workdir / f"probe_{name}.py"
-    path.write_text(PRELUDE + variant_source(name))
-    spec = importlib.util.spec_from_file_location(f"probe_{name}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def load_variant(name: str, modules: SourceModules) -> SimpleNamespace:
+    """Variant ``name``'s namespace, run from a file (Triton reads kernel source through inspect)
+    with the full builtins: our own code, trusted here."""
+    namespace = modules.run(PRELUDE + variant_source(name), f"probe_{name}", builtins)
+    if isinstance(namespace, LoadError):
+        raise SystemExit(f"variant {name}: {namespace.message}")
+    return SimpleNamespace(**namespace)
 
 
 class Clock:
@@ -61,10 +60,12 @@ class Clock:
     def __init__(self, samples: int) -> None:
         import torch
 
+        from codevolve.evaluator_workers.gpu.gemm_bench import FLUSH_MIN_BYTES
+
         self.torch = torch
         self.samples = samples
-        self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-        self.other = torch.ones(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.flush = torch.empty(FLUSH_MIN_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.other = torch.ones(FLUSH_MIN_BYTES // 4, dtype=torch.int32, device="cuda")
         self.sink = torch.empty((), dtype=torch.int64, device="cuda")
 
     def time_us(self, launch: Callable[[], Any], state: str = "dirty") -> float:
@@ -91,11 +92,13 @@ class Clock:
 def operands(dims: tuple[int, int, int]) -> tuple[Any, Any, Any, Any]:
     import torch
 
+    from codevolve.evaluator_workers.gpu.kernel_bench import workspace_elements
+
     m, n, k = dims
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    workspace = torch.empty(max(4 * m * n, 16 << 20), device="cuda", dtype=torch.float32)
+    workspace = torch.empty(workspace_elements(m, n), device="cuda", dtype=torch.float32)
     return x, w, y, workspace
 
 
@@ -194,9 +197,9 @@ def main() -> None:
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     clock = Clock(args.samples)
     with tempfile.TemporaryDirectory() as tmp:
-        sys.path.insert(0, tmp)
+        sources = SourceModules(Path(tmp), environ=dict(os.environ), suffix="")
         names = ("tail_split", "tma_persistent", "split_k")
-        modules = {name: load_variant(name, Path(tmp)) for name in names}
+        modules = {name: load_variant(name, sources) for name in names}
         report = {
             "device": torch.cuda.get_device_name(0),
             "split": probe_split(clock, modules["tail_split"], num_sms),
