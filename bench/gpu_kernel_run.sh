@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gemm-kernel-gpu steps on the GPU machine; outputs land in $OUT (default ./gpu-out). Usage:
-#   bash bench/gpu_kernel_run.sh STEP...   with STEP in setup tests probe variants tune evolve evaluate
+#   bash bench/gpu_kernel_run.sh STEP...   with STEP in setup tests probe variants tune evolve pause evaluate
 # tests: the GPU harness tests (TESTS_K=EXPR: only those pytest -k selects).
 # probe: single kernels timed alone (bench/gpu_kernel_probe.py: K splits of mid-size tiles, and
 #   the L2's state after the flush).
@@ -17,6 +17,10 @@
 # evolve: `codevolve run gemm-kernel-gpu` for EVOLVE_WALL_S seconds (default 240), seed SEED; with
 #   RESUME=JOB it continues that job from $DB (default $OUT/kernel_evolve.sqlite); the best
 #   program goes to $OUT/kernel_evolved_best.py.
+# pause: `codevolve run gemm-kernel-gpu` (seed SEED) stopped by SIGTERM after PAUSE_S seconds
+#   (default 150), then `codevolve run --resume` of the paused job in a new process, stopped
+#   the same way; with RESUME=JOB, only the second part, on a job in $DB carried from an earlier
+#   machine. $OUT/pause.log has both parts' lines and the job's status after each.
 # evaluate: the initial program, bench/gpu_kernel_programs/*.txt and the evolved best (if any) on
 #   all 88 shapes, 30 samples (bench/gpu_kernel.py evaluate). Measured programs are stored as
 #   .txt: they are data (the sources measured), not modules of this repository.
@@ -75,6 +79,20 @@ for step in "$@"; do
         2>&1 | tail -25 | tee "$OUT/kernel_evolve.log"
       job=${RESUME:-$(python3 -c "import json;print(json.load(open('$OUT/kernel_evolve_report.json'))['job_id'])")}
       python3 -m codevolve.services.cli best --db "$DB" "$job" > "$OUT/kernel_evolved_best.py"
+      ;;
+    pause)
+      stop=(timeout -k 90 -s TERM "${PAUSE_S:-150}")
+      job=${RESUME:-}
+      if [ -z "$job" ]; then
+        "${stop[@]}" python3 -m codevolve.services.cli run gemm-kernel-gpu --seed "${SEED:-0}" \
+          --proposals 5000 --in-flight 2 --max-wall-s 3600 --db "$DB" --workers 2 --quiet \
+          2>&1 | tail -5 | tee "$OUT/pause.log"
+        job=$(grep -o 'job [0-9a-f-]* is paused' "$OUT/pause.log" | cut -d' ' -f2)
+        python3 -m codevolve.services.cli status --db "$DB" "$job" 2>&1 | tee -a "$OUT/pause.log"
+      fi
+      "${stop[@]}" python3 -m codevolve.services.cli run --resume "$job" --db "$DB" --quiet \
+        --workers 2 2>&1 | tail -5 | tee -a "$OUT/pause.log"
+      python3 -m codevolve.services.cli status --db "$DB" "$job" 2>&1 | tee -a "$OUT/pause.log"
       ;;
     evaluate)
       # EVAL_PROGRAMS: the stored programs to measure (default: all of bench/gpu_kernel_programs);
