@@ -15,6 +15,10 @@ as the harness does it, or as named):
   a write flush (the harness's), after a write flush then a read of another buffer of the same
   size (clean lines), and warm (no flush), for cuBLAS and our kernels, decode and mid-size.
 
+- **cublas**: which kernels does cuBLAS run for each selection shape (train and validation)?
+  Their names (torch.profiler) carry the tile, the cluster shape and any split or stream-K
+  scheme; our sweep's fastest launch on the same shape is what they are read beside.
+
 Our own kernel variants are imported from their text (variants/<name>.txt), trusted here.
 """
 
@@ -102,6 +106,7 @@ def operands(dims: tuple[int, int, int]) -> tuple[Any, Any, Any, Any]:
     return x, w, y, workspace
 
 
+SECTIONS = ("split", "l2", "cublas")
 STATES = ("dirty", "clean")
 # Tiles of the split probe (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): the sweep's mid-size
 # 128-row tiles, and the same with 128-wide K steps (256 contiguous bytes of each row a step).
@@ -187,10 +192,31 @@ def probe_l2(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict[s
     return rows
 
 
+def probe_cublas() -> list[dict[str, Any]]:
+    """The CUDA kernels torch.matmul runs for each selection shape, in launch order."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from codevolve.problems.gemm_tiling.shapes import train_shapes, validation_shapes
+
+    rows: list[dict[str, Any]] = []
+    for shape in sorted({*train_shapes(), *validation_shapes()}, key=lambda s: (s.projection, s.m)):
+        x, w, _, _ = operands((shape.m, shape.n, shape.k))
+        cublas(x, w)  # the first call picks and loads the kernels: not what is timed
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            cublas(x, w)
+            torch.cuda.synchronize()
+        kernels = [e.name for e in prof.events() if str(e.device_type).endswith("CUDA")]
+        rows.append({"shape": f"{shape.projection} M={shape.m}", "kernels": kernels})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="probe.json")
     parser.add_argument("--samples", type=int, default=25)
+    parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
     args = parser.parse_args()
     import torch
 
@@ -200,15 +226,21 @@ def main() -> None:
         sources = SourceModules(Path(tmp), environ=dict(os.environ), suffix="")
         names = ("tail_split", "tma_persistent", "split_k")
         modules = {name: load_variant(name, sources) for name in names}
-        report = {
-            "device": torch.cuda.get_device_name(0),
-            "split": probe_split(clock, modules["tail_split"], num_sms),
-            "l2": probe_l2(clock, modules, num_sms),
+        probes = {
+            "split": lambda: probe_split(clock, modules["tail_split"], num_sms),
+            "l2": lambda: probe_l2(clock, modules, num_sms),
+            "cublas": probe_cublas,
         }
+        report: dict[str, Any] = {"device": torch.cuda.get_device_name(0)}
+        for section in args.sections:
+            report[section] = probes[section]()
     Path(args.out).write_text(json.dumps(report, indent=1))
-    for section in ("split", "l2"):
+    for section in args.sections:
         for row in report[section]:
-            print(f"{section:5} {row['shape']:20} {row['what']:52} {row.get('l2', ''):6} "
+            if section == "cublas":
+                print(f"{section:6} {row['shape']:20} {' | '.join(row['kernels'])}")
+                continue
+            print(f"{section:6} {row['shape']:20} {row['what']:52} {row.get('l2', ''):6} "
                   f"{row['us']:8.1f}")  # fmt: skip
 
 

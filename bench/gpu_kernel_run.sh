@@ -3,7 +3,8 @@
 #   bash bench/gpu_kernel_run.sh STEP...   with STEP in setup tests probe variants tune evolve pause evaluate
 # tests: the GPU harness tests (TESTS_K=EXPR: only those pytest -k selects).
 # probe: single kernels timed alone (bench/gpu_kernel_probe.py: K splits of mid-size tiles, and
-#   the L2's state after the flush).
+#   the L2's state after the flush; the kernels cuBLAS runs per selection shape).
+#   PROBE_SECTIONS="cublas": only those sections.
 # setup installs the wheels of .whl/ (carried; see bench/gpu_device_run.sh for the download).
 # variants: every kernel variant per regime (bench/gpu_kernel.py variants).
 # tune: every candidate launch on every train and validation shape (bench/gpu_kernel_tune.py
@@ -46,7 +47,8 @@ for step in "$@"; do
         | tee "$OUT/kernel_tests.log" | tail -30
       ;;
     probe)
-      timeout 240 python3 bench/gpu_kernel_probe.py --out "$OUT/probe.json" 2>&1 | tee "$OUT/probe.log"
+      timeout 240 python3 bench/gpu_kernel_probe.py --out "$OUT/probe.json" \
+        --sections ${PROBE_SECTIONS:-split l2 cublas} 2>&1 | tee "$OUT/probe.log"
       ;;
     variants)
       timeout 400 python3 bench/gpu_kernel.py variants --out "$OUT/variants.json" \
