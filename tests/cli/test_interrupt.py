@@ -1,5 +1,6 @@
 """Ctrl-C (SIGINT to the process group, as a terminal sends it) or SIGTERM mid-run: the job is
-marked paused with the signal named, the exact resume command is printed, and it resumes."""
+marked paused with the signal named, the exact resume command is printed, and it resumes. A
+SIGTERM sent twice at once (GNU timeout signals the command, then its process group) is one."""
 
 from __future__ import annotations
 
@@ -31,9 +32,12 @@ def _proposals(db: Path) -> int:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(("number", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("number", "code", "times"),
+    [(signal.SIGINT, 130, 1), (signal.SIGTERM, 143, 1), (signal.SIGTERM, 143, 2)],
+)
 def test_an_interrupted_run_is_paused_and_resumes_to_the_end(
-    number: signal.Signals, code: int, tmp_path: Path
+    number: signal.Signals, code: int, times: int, tmp_path: Path
 ) -> None:
     command = ["run", "gemm-tiling", "--proposals", str(PROPOSALS), "--db", "run.sqlite"]
     db = tmp_path / "run.sqlite"
@@ -54,14 +58,17 @@ def test_an_interrupted_run_is_paused_and_resumes_to_the_end(
         if number == signal.SIGINT:
             os.killpg(run.pid, number)  # the whole group, as a terminal's Ctrl-C
         else:
-            run.send_signal(number)
+            for _ in range(times):  # back to back, as GNU timeout sends them
+                run.send_signal(number)
         _out, err = run.communicate(timeout=60)
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()
 
-    assert run.returncode == code, err
+    # A repeat that lands after the run, while the interpreter shuts down, ends the process as
+    # the signal's default does: the same status 143 in a shell.
+    assert run.returncode == code or (times > 1 and run.returncode == -number), err
     assert "Traceback" not in err
     with sqlite3.connect(db) as connection:
         ((job_id,),) = connection.execute("SELECT id FROM jobs").fetchall()

@@ -11,6 +11,7 @@ import contextlib
 import gc
 import signal
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -224,13 +225,22 @@ async def _mark_paused(sessions: async_sessionmaker[AsyncSession], job_id: str, 
             await repository.set_job_state(session, job_id, JobState.PAUSED, error=note)
 
 
+# The same signal again within this many seconds is the same request, not a second one: GNU
+# timeout sends its signal to the command and then to the command's process group, so the
+# command receives it twice at once.
+REPEAT_WINDOW_S = 1.0
+
+
 class _Interruption:
     """SIGINT or SIGTERM, handled once: the run's task is cancelled and the signal remembered.
 
-    A second signal while the run winds down raises KeyboardInterrupt, as Python's default does."""
+    A second signal while the run winds down raises KeyboardInterrupt, as Python's default does,
+    unless it repeats the first within :data:`REPEAT_WINDOW_S` (also after the run: then the
+    process's earlier handler takes any later one)."""
 
     def __init__(self) -> None:
         self.signal: str | None = None
+        self.at = 0.0
 
     def note(self) -> str:
         return f"interrupted ({self.signal})" if self.signal else "interrupted"
@@ -249,8 +259,10 @@ class _Interruption:
 
         def on_signal(number: signal.Signals) -> None:
             if self.signal is not None:
+                if number.name == self.signal and time.monotonic() - self.at < REPEAT_WINDOW_S:
+                    return
                 raise KeyboardInterrupt
-            self.signal = number.name
+            self.signal, self.at = number.name, time.monotonic()
             task.cancel()
 
         for number in numbers:
@@ -260,3 +272,14 @@ class _Interruption:
         finally:
             for number in numbers:
                 loop.remove_signal_handler(number)
+            if self.signal is not None:  # a repeat may still be on its way once the run is over
+                first = signal.Signals[self.signal]
+                previous = signal.getsignal(first)
+
+                def after_run(number: int, _frame: object) -> None:
+                    if time.monotonic() - self.at < REPEAT_WINDOW_S:
+                        return
+                    signal.signal(number, previous)
+                    signal.raise_signal(number)
+
+                signal.signal(first, after_run)
