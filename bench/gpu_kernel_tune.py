@@ -81,6 +81,10 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("tma_persistent", (64, 128, 128, 4, 4, 8, 1)),
         *_grid("persistent_stream_k", (64, 128, 128, 4, 4, 8, 1)),
         *_grid("persistent_stream_k_fused", (64, 128, 128, 4, 4, 8, 1)),
+        # Tiles 96, 144 and 192 wide (cuBLAS's widths on the mid-size shapes where it fills one
+        # wave and our power-of-two tiles do not: docs/results-gpu-kernel.md).
+        *_grid("tma_wide", (128, 64, 64, 4, 4, 8, 32), (128, 128, 64, 8, 4, 8, 64),
+               (128, 128, 64, 8, 4, 8, 16), (64, 64, 64, 4, 4, 8, 32), (64, 128, 64, 4, 4, 8, 64)),
         *_grid("tma_persistent", (128, 128, 64, 4, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1),
                (64, 128, 64, 4, 4, 8, 1), (128, 128, 64, 8, 4, 8, 1)),
         *_grid("tail_split", (64, 64, 128, 4, 4, 8), (64, 128, 64, 4, 4, 8),
@@ -108,6 +112,7 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("tma_persistent", (64, 256, 64, 4, 3, 8, 1)),
         *_grid("stream_k", (128, 128, 64, 8, 4, 8), (128, 256, 64, 8, 3, 8)),
         *_grid("tma", (128, 256, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8)),
+        *_grid("tma_wide", (128, 128, 64, 8, 4, 8, 64), (128, 128, 64, 8, 4, 8, 16)),
         *_grid("plain", (128, 256, 64, 8, 3, 8)),
         *_grid("persistent_tail", (128, 256, 64, 8, 3, 8, 1), (128, 256, 64, 8, 3, 4, 1),
                (128, 128, 64, 8, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1), (256, 128, 64, 8, 3, 8, 1)),
@@ -408,7 +413,8 @@ def waves(
     tile times: what makes a launch fast at one M and slow at the next (a partial last wave).
     Split launches also pay for summing their partials (:func:`reduction_waves`)."""
     name, p = launch
-    tiles = math.ceil(m / p[0]) * math.ceil(n / p[1])
+    width = p[1] + p[6] if name == "tma_wide" else p[1]  # tma_wide: two dots, p[1] + extra_n
+    tiles = math.ceil(m / p[0]) * math.ceil(n / width)
     steps = math.ceil(k / p[2])
     if name in ("split_k", "split_k_fused"):
         return math.ceil(tiles * p[5] / sms) / p[5] + reduction_waves(tiles, p[5], k, sms, ridge)

@@ -41,6 +41,7 @@ ARGS = {
     "split_k_fused": (16, 32, 32, 4, 3, 3),
     "plain": (16, 32, 32, 4, 3, 2),
     "gemv": (2, 16, 32, 4, 2),
+    "tma_wide": (16, 32, 32, 4, 2, 2, 16),  # 48 wide: N = 80 and 40 end in the second dot
 }
 
 SCRIPT = """
@@ -137,6 +138,19 @@ def test_a_fused_split_k_whose_last_split_skips_a_partial_is_wrong(tmp_path: Pat
     dropped = source.replace("if other != split:", "if (other != split) & (other != 0):")
     assert dropped != source
     assert len(_errors(dropped, tmp_path)) == len(SHAPES)  # every shape is split three ways
+
+
+def test_a_wide_tile_whose_second_dot_reads_the_first_parts_rows_is_wrong(tmp_path: Path) -> None:
+    source = _program("tma_wide", ARGS["tma_wide"])
+    dropped = source.replace(
+        "w_extra_desc.load([off_n + BLOCK_N, step * BLOCK_K])",
+        "w_extra_desc.load([off_n, step * BLOCK_K])",
+    )
+    assert dropped != source
+    wrong = sorted(tuple(shape[:4]) for shape in _errors(dropped, tmp_path))
+    # Only N = 32 fits in the first 32 columns of one tile: every other shape needs the second
+    # part of a tile.
+    assert wrong == sorted(shape for shape in SHAPES if shape[1] > 32)
 
 
 def test_a_gemv_whose_programs_all_take_the_first_tokens_is_wrong(tmp_path: Path) -> None:

@@ -70,6 +70,8 @@ VARIANTS: dict[str, Variant] = {
         _variant("persistent_stream_k_fused", _GROUP, ("flatten", (0, 1))),
         _variant("split_k_fused", ("split_k", (2, 3, 4, 6, 8, 16))),
         _variant("plain", _GROUP),
+        # Tiles block_n + extra_n wide (two dots of power-of-two widths), for one full wave.
+        _variant("tma_wide", _GROUP, ("extra_n", (16, 32, 64))),
         # Decode on the CUDA cores: tokens per program instead of a tile's rows, no tensor cores.
         Variant(
             "gemv",

@@ -72,6 +72,9 @@ STARTS: dict[tuple[str, str], tuple[int, ...]] = {
     ("persistent_stream_k", "prefill"): (128, 256, 64, 8, 3, 8, 1),
     ("persistent_stream_k_fused", "mid"): (128, 128, 64, 8, 4, 8, 1),
     ("persistent_stream_k_fused", "prefill"): (128, 256, 64, 8, 3, 8, 1),
+    # Tiles 192 and 96 wide (128 + 64, 64 + 32): cuBLAS's widths where it fills one wave.
+    ("tma_wide", "mid"): (128, 64, 64, 4, 4, 8, 32),
+    ("tma_wide", "prefill"): (128, 128, 64, 8, 4, 8, 64),
     ("plain", "decode"): (16, 32, 128, 4, 5, 1),
     ("plain", "mid"): (64, 128, 64, 4, 4, 8),
     # A weight-streaming decode kernel: up to four tokens per program, 16 weight rows, 256-wide
