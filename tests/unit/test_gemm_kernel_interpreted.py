@@ -72,6 +72,14 @@ def _program(variant: str, args: tuple[int, ...]) -> str:
     return apply_hunks(source, add_rule(source, "True", VARIANTS[variant], args) or [])
 
 
+def _changed(variant: str, old: str, new: str) -> str:
+    """The variant's program with one piece of its source replaced (which must be there)."""
+    source = _program(variant, ARGS[variant])
+    changed = source.replace(old, new)
+    assert changed != source
+    return changed
+
+
 def _errors(source: str, tmp_path: Path) -> list[list[float]]:
     path = tmp_path / "program.py"
     path.write_text(source)
@@ -113,40 +121,33 @@ def test_the_variant_computes_the_product(variant: str, tmp_path: Path) -> None:
 def test_a_split_tail_that_drops_a_piece_of_the_split_tiles_is_wrong(
     variant: str, old: str, new: str, tmp_path: Path
 ) -> None:
-    source = _program(variant, ARGS[variant])
-    dropped = source.replace(old, new)
-    assert dropped != source
-    wrong = _errors(dropped, tmp_path)
+    wrong = _errors(_changed(variant, old, new), tmp_path)
     # Only the shapes whose tail tiles are split go wrong: the split path ran on those.
     assert sorted(tuple(shape[:4]) for shape in wrong) == sorted(SPLIT)
 
 
 def test_a_stream_k_that_drops_the_first_program_of_a_shared_tile_is_wrong(tmp_path: Path) -> None:
-    source = _program("stream_k", ARGS["stream_k"])
-    dropped = source.replace(
+    dropped = _changed(
+        "stream_k",
         "acc = tl.load(ws_ptr + (2 * owner + 1) * block + inner)",
         "acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)",
     )
-    assert dropped != source
     wrong = {tuple(shape[:4]) for shape in _errors(dropped, tmp_path)}
     # 2 x 3 tiles of 5 K steps over 3 programs: 10 steps, two whole tiles each, nothing shared.
     assert wrong and (40, 96, 160, 3) not in wrong
 
 
 def test_a_fused_split_k_whose_last_split_skips_a_partial_is_wrong(tmp_path: Path) -> None:
-    source = _program("split_k_fused", ARGS["split_k_fused"])
-    dropped = source.replace("if other != split:", "if (other != split) & (other != 0):")
-    assert dropped != source
+    dropped = _changed("split_k_fused", "if other != split:", "if (other != split) & (other != 0):")
     assert len(_errors(dropped, tmp_path)) == len(SHAPES)  # every shape is split three ways
 
 
 def test_a_wide_tile_whose_second_dot_reads_the_first_parts_rows_is_wrong(tmp_path: Path) -> None:
-    source = _program("tma_wide", ARGS["tma_wide"])
-    dropped = source.replace(
+    dropped = _changed(
+        "tma_wide",
         "w_extra_desc.load([off_n + BLOCK_N, step * BLOCK_K])",
         "w_extra_desc.load([off_n, step * BLOCK_K])",
     )
-    assert dropped != source
     wrong = sorted(tuple(shape[:4]) for shape in _errors(dropped, tmp_path))
     # Only N = 32 fits in the first 32 columns of one tile: every other shape needs the second
     # part of a tile.
@@ -154,11 +155,9 @@ def test_a_wide_tile_whose_second_dot_reads_the_first_parts_rows_is_wrong(tmp_pa
 
 
 def test_a_gemv_whose_programs_all_take_the_first_tokens_is_wrong(tmp_path: Path) -> None:
-    source = _program("gemv", ARGS["gemv"])
-    dropped = source.replace(
-        "rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)", "rows = tl.arange(0, ROWS)"
+    dropped = _changed(
+        "gemv", "rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)", "rows = tl.arange(0, ROWS)"
     )
-    assert dropped != source
     wrong = sorted(tuple(shape[:4]) for shape in _errors(dropped, tmp_path))
     # Up to two tokens a program: only the one-token shape needs no second row of programs.
     assert wrong == sorted(shape for shape in SHAPES if shape[0] > ARGS["gemv"][0])

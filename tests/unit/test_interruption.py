@@ -15,24 +15,26 @@ import pytest
 from codevolve.services.runtime import embedded
 
 
+async def _run(interruption: embedded._Interruption, first: int, then: int | None = None) -> str:
+    """A run that sends itself ``first``, then ``then`` while it winds down (0.2 s)."""
+    with interruption.handled(enabled=True):
+        try:
+            os.kill(os.getpid(), first)
+            await asyncio.sleep(30)
+            return "not cancelled"
+        except asyncio.CancelledError:
+            if then is not None:
+                os.kill(os.getpid(), then)
+            await asyncio.sleep(0.2)  # the second signal's handler runs here
+            return "wound down"
+
+
 def test_a_repeat_during_the_wind_down_is_the_same_request() -> None:
     interruption = embedded._Interruption()
-
-    async def run() -> str:
-        with interruption.handled(enabled=True):
-            try:
-                os.kill(os.getpid(), signal.SIGTERM)
-                await asyncio.sleep(30)
-                return "not cancelled"
-            except asyncio.CancelledError:
-                os.kill(os.getpid(), signal.SIGTERM)  # the repeat lands while the run winds down
-                await asyncio.sleep(0.2)  # its handler runs here; a second request would raise
-                return "wound down"
-
     previous = signal.getsignal(signal.SIGTERM)
     try:
         try:
-            assert asyncio.run(run()) == "wound down"
+            assert asyncio.run(_run(interruption, signal.SIGTERM, signal.SIGTERM)) == "wound down"
         except KeyboardInterrupt:  # (pytest would stop the whole session on it)
             pytest.fail("the repeated SIGTERM was taken for a second request")
         assert interruption.signal == "SIGTERM"
@@ -43,38 +45,17 @@ def test_a_repeat_during_the_wind_down_is_the_same_request() -> None:
 
 
 def test_another_signal_while_winding_down_stops_at_once() -> None:
-    interruption = embedded._Interruption()
-
-    async def run() -> None:
-        with interruption.handled(enabled=True):
-            try:
-                os.kill(os.getpid(), signal.SIGTERM)
-                await asyncio.sleep(30)
-            except asyncio.CancelledError:
-                os.kill(os.getpid(), signal.SIGINT)  # not a repeat: the user insists
-                await asyncio.sleep(0.2)
-
-    with pytest.raises(KeyboardInterrupt):
-        asyncio.run(run())
+    with pytest.raises(KeyboardInterrupt):  # not a repeat: the user insists
+        asyncio.run(_run(embedded._Interruption(), signal.SIGTERM, signal.SIGINT))
 
 
 def test_a_repeat_after_the_window_gets_the_process_handler(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(embedded, "REPEAT_WINDOW_S", 0.05)
-    interruption = embedded._Interruption()
-
-    async def run() -> None:
-        with interruption.handled(enabled=True):
-            try:
-                os.kill(os.getpid(), signal.SIGINT)
-                await asyncio.sleep(30)
-            except asyncio.CancelledError:
-                pass
-
     previous = signal.getsignal(signal.SIGINT)
     try:
-        asyncio.run(run())
+        assert asyncio.run(_run(embedded._Interruption(), signal.SIGINT)) == "wound down"
         time.sleep(0.1)  # past the window
         with pytest.raises(KeyboardInterrupt):  # Python's own SIGINT handler again
             os.kill(os.getpid(), signal.SIGINT)
