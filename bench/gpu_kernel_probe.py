@@ -195,12 +195,11 @@ def probe_l2(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict[s
 def probe_cublas() -> list[dict[str, Any]]:
     """The CUDA kernels torch.matmul runs for each selection shape, in launch order."""
     import torch
+    from gpu_kernel_tune import selection_shapes, shape_key  # (bench/, beside this script)
     from torch.profiler import ProfilerActivity, profile
 
-    from codevolve.problems.gemm_tiling.shapes import train_shapes, validation_shapes
-
     rows: list[dict[str, Any]] = []
-    for shape in sorted({*train_shapes(), *validation_shapes()}, key=lambda s: (s.projection, s.m)):
+    for shape in selection_shapes():
         x, w, _, _ = operands((shape.m, shape.n, shape.k))
         cublas(x, w)  # the first call picks and loads the kernels: not what is timed
         torch.cuda.synchronize()
@@ -208,7 +207,7 @@ def probe_cublas() -> list[dict[str, Any]]:
             cublas(x, w)
             torch.cuda.synchronize()
         kernels = [e.name for e in prof.events() if str(e.device_type).endswith("CUDA")]
-        rows.append({"shape": f"{shape.projection} M={shape.m}", "kernels": kernels})
+        rows.append({"shape": shape_key(shape), "kernels": kernels})
     return rows
 
 

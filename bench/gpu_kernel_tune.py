@@ -159,7 +159,7 @@ def sweep_program() -> str:
     return source
 
 
-def _key(shape: GemmShape) -> str:
+def shape_key(shape: GemmShape) -> str:
     return f"{shape.projection} M={shape.m}"
 
 
@@ -229,7 +229,7 @@ def sweep(args: argparse.Namespace) -> None:
 
     shapes = selection_shapes()
     if args.only:
-        shapes = [s for s in shapes if any(part in _key(s) for part in args.only.split(";"))]
+        shapes = [s for s in shapes if any(part in shape_key(s) for part in args.only.split(";"))]
     if args.max_m:
         shapes = [s for s in shapes if s.m <= args.max_m]
     if args.jobs > 1:
@@ -270,13 +270,13 @@ def sweep(args: argparse.Namespace) -> None:
                 results[_label(launch)] = {"error": timing.detail[:200]}
                 continue
             results[_label(launch)] = {"t_us": timing.t_us, "cublas_us": timing.cublas_us}
-        report["shapes"][_key(shape)] = results
+        report["shapes"][shape_key(shape)] = results
         report["late_rounds"], report["lead_cycles"] = bench.late_rounds, bench.lead_cycles
         _, timed = shape_ratios(results)
         if timed:
             best = max(timed, key=lambda label: timed[label])
-            print(f"[{count}/{len(shapes)} {time.perf_counter() - started:.0f} s] {_key(shape)}: "
-                  f"best {best} {timed[best]:.3f} of cuBLAS; "
+            print(f"[{count}/{len(shapes)} {time.perf_counter() - started:.0f} s] "
+                  f"{shape_key(shape)}: best {best} {timed[best]:.3f} of cuBLAS; "
                   f"{len(results) - len(timed)} of {len(results)} failed", flush=True)  # fmt: skip
         Path(args.out).write_text(json.dumps(report, indent=1))
 
