@@ -86,7 +86,8 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("tma_wide", (128, 64, 64, 4, 4, 8, 32), (128, 128, 64, 8, 4, 8, 64),
                (128, 128, 64, 8, 4, 8, 16), (64, 64, 64, 4, 4, 8, 32), (64, 128, 64, 4, 4, 8, 64)),
         # 160 wide: one wave of 128 tiles on 70B_tp8.qkv (N = 1280) at M = 1024 (64-row tiles)
-        # and M = 2048 (128-row), where power-of-two tiles make 80 or 160.
+        # and M = 2048 (128-row), where power-of-two tiles make 80 or 160 (both also in the
+        # prefill launches, so that the wave model can carry them from 768 and 1536 to 1024).
         *_grid("tma_wide", (64, 128, 128, 4, 3, 8, 32), (128, 128, 64, 8, 4, 8, 32)),
         *_grid("tma_persistent", (128, 128, 64, 4, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1),
                (64, 128, 64, 4, 4, 8, 1), (128, 128, 64, 8, 4, 8, 1)),
@@ -116,7 +117,7 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("stream_k", (128, 128, 64, 8, 4, 8), (128, 256, 64, 8, 3, 8)),
         *_grid("tma", (128, 256, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8)),
         *_grid("tma_wide", (128, 128, 64, 8, 4, 8, 64), (128, 128, 64, 8, 4, 8, 16),
-               (128, 128, 64, 8, 4, 8, 32)),
+               (128, 128, 64, 8, 4, 8, 32), (64, 128, 128, 4, 3, 8, 32)),
         *_grid("plain", (128, 256, 64, 8, 3, 8)),
         *_grid("persistent_tail", (128, 256, 64, 8, 3, 8, 1), (128, 256, 64, 8, 3, 4, 1),
                (128, 128, 64, 8, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1), (256, 128, 64, 8, 3, 8, 1)),
