@@ -118,6 +118,8 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("tma", (128, 256, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8)),
         *_grid("tma_wide", (128, 128, 64, 8, 4, 8, 64), (128, 128, 64, 8, 4, 8, 16),
                (128, 128, 64, 8, 4, 8, 32), (64, 128, 128, 4, 3, 8, 32)),
+        *_grid("tma_persistent_wide", (128, 128, 64, 8, 4, 8, 1, 64),
+               (128, 128, 64, 8, 4, 8, 1, 32), (128, 128, 64, 8, 4, 8, 0, 64)),
         *_grid("plain", (128, 256, 64, 8, 3, 8)),
         *_grid("persistent_tail", (128, 256, 64, 8, 3, 8, 1), (128, 256, 64, 8, 3, 4, 1),
                (128, 128, 64, 8, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1), (256, 128, 64, 8, 3, 8, 1)),
@@ -411,6 +413,10 @@ def reduction_waves(
     return 4 * tail * splits * ridge / (k * sms)
 
 
+# Variants whose tiles are two dots wide along N: block_n (p[1]) + extra_n (their last parameter).
+WIDE_VARIANTS = ("tma_wide", "tma_persistent_wide")
+
+
 def waves(
     launch: Launch, m: int, n: int, k: int, sms: int = SMS, ridge: float = RIDGE_H100
 ) -> float:
@@ -418,7 +424,7 @@ def waves(
     tile times: what makes a launch fast at one M and slow at the next (a partial last wave).
     Split launches also pay for summing their partials (:func:`reduction_waves`)."""
     name, p = launch
-    width = p[1] + p[6] if name == "tma_wide" else p[1]  # tma_wide: two dots, p[1] + extra_n
+    width = p[1] + p[-1] if name in WIDE_VARIANTS else p[1]
     tiles = math.ceil(m / p[0]) * math.ceil(n / width)
     steps = math.ceil(k / p[2])
     if name in ("split_k", "split_k_fused"):

@@ -42,6 +42,7 @@ ARGS = {
     "plain": (16, 32, 32, 4, 3, 2),
     "gemv": (2, 16, 32, 4, 2),
     "tma_wide": (16, 32, 32, 4, 2, 2, 16),  # 48 wide: N = 80 and 40 end in the second dot
+    "tma_persistent_wide": (16, 32, 32, 4, 2, 2, 0, 16),
 }
 
 SCRIPT = """
@@ -142,9 +143,12 @@ def test_a_fused_split_k_whose_last_split_skips_a_partial_is_wrong(tmp_path: Pat
     assert len(_errors(dropped, tmp_path)) == len(SHAPES)  # every shape is split three ways
 
 
-def test_a_wide_tile_whose_second_dot_reads_the_first_parts_rows_is_wrong(tmp_path: Path) -> None:
+@pytest.mark.parametrize("variant", ["tma_wide", "tma_persistent_wide"])
+def test_a_wide_tile_whose_second_dot_reads_the_first_parts_rows_is_wrong(
+    variant: str, tmp_path: Path
+) -> None:
     dropped = _changed(
-        "tma_wide",
+        variant,
         "w_extra_desc.load([off_n + BLOCK_N, step * BLOCK_K])",
         "w_extra_desc.load([off_n, step * BLOCK_K])",
     )

@@ -26,6 +26,9 @@ def test_waves_count_whole_tiles_over_the_sms(tune: Any) -> None:
     # tma_wide's tiles are block_n + extra_n wide: 8B.qkv M=256 in 2 x 64 tiles of 128 x 96
     assert tune.waves(("tma_wide", (128, 64, 64, 4, 4, 8, 32)), 256, 6144, 4096) == 1
     assert tune.waves(("tma", (128, 64, 64, 4, 4, 8)), 256, 6144, 4096) == 2  # 2 x 96 tiles
+    # and tma_persistent_wide's (extra_n after flatten): 8B.qkv M=3072 in 768 tiles of 128 x 192
+    wide = ("tma_persistent_wide", (128, 128, 64, 8, 4, 8, 1, 64))
+    assert tune.waves(wide, 3072, 6144, 4096) == 6
     # 80 pieces in one round of a quarter tile, then 20 tiles' four partials summed
     split_k = tune.waves(("split_k", (64, 64, 128, 4, 4, 4)), 64, 1280, 8192)
     assert split_k == 0.25 + tune.reduction_waves(20, 4, 8192)

@@ -72,6 +72,7 @@ VARIANTS: dict[str, Variant] = {
         _variant("plain", _GROUP),
         # Tiles block_n + extra_n wide (two dots of power-of-two widths), for one full wave.
         _variant("tma_wide", _GROUP, ("extra_n", (16, 32, 64))),
+        _variant("tma_persistent_wide", _GROUP, ("flatten", (0, 1)), ("extra_n", (16, 32, 64))),
         # Decode on the CUDA cores: tokens per program instead of a tile's rows, no tensor cores.
         Variant(
             "gemv",

@@ -75,6 +75,7 @@ STARTS: dict[tuple[str, str], tuple[int, ...]] = {
     # Tiles 192 and 96 wide (128 + 64, 64 + 32): cuBLAS's widths where it fills one wave.
     ("tma_wide", "mid"): (128, 64, 64, 4, 4, 8, 32),
     ("tma_wide", "prefill"): (128, 128, 64, 8, 4, 8, 64),
+    ("tma_persistent_wide", "prefill"): (128, 128, 64, 8, 4, 8, 1, 64),
     ("plain", "decode"): (16, 32, 128, 4, 5, 1),
     ("plain", "mid"): (64, 128, 64, 4, 4, 8),
     # A weight-streaming decode kernel: up to four tokens per program, 16 weight rows, 256-wide
