@@ -14,6 +14,9 @@
     python bench/gpu_kernel_tune.py assess --sweep sweep.json
         (no GPU) Each selection M held out in turn: how close each way of choosing comes to the
         best launch measured there.
+    python bench/gpu_kernel_tune.py gains --sweep sweep.json --variants V [V...] [--fresh V]
+        (no GPU) Where the named variants' launches are the fastest and by how much, and the
+        best launch per shape with and without them.
 
 Selection sees the 44 train and 96 validation shapes; the 44 test shapes are measured first by
 ``bench/gpu_kernel.py evaluate``.
@@ -570,6 +573,43 @@ def assess(args: argparse.Namespace) -> None:
               f"({worst} below 0.9, worst {min(values):.2f})")  # fmt: skip
 
 
+def variant_gains(
+    report: dict[str, Any], variants: tuple[str, ...]
+) -> tuple[dict[str, tuple[Launch, float, float]], float, float]:
+    """What ``variants`` add to a sweep: per selection shape where one of their launches is the
+    fastest, that launch, its ratio to cuBLAS and its margin over the fastest other launch; and
+    the geomean over all shapes of the best ratio without them and with them."""
+    wins: dict[str, tuple[Launch, float, float]] = {}
+    without, with_them = [], []
+    for key, results in report["shapes"].items():
+        _, timed = shape_ratios(results)
+        new = {label: r for label, r in timed.items() if label.split()[0] in variants}
+        old = {label: r for label, r in timed.items() if label not in new}
+        if not old:
+            continue
+        best_old = max(old.values())
+        best = max([best_old, *new.values()])
+        without.append(best_old)
+        with_them.append(best)
+        if best > best_old:
+            label = max(new, key=lambda label: new[label])
+            wins[key] = (_unlabel(label), best, best / best_old)
+    if not without:
+        return wins, math.nan, math.nan
+    return wins, statistics.geometric_mean(without), statistics.geometric_mean(with_them)
+
+
+def gains(args: argparse.Namespace) -> None:
+    report = read_sweeps(args.sweep, tuple(args.fresh))
+    wins, without, with_them = variant_gains(report, tuple(args.variants))
+    for key, (launch, ratio, margin) in sorted(wins.items(), key=lambda kv: -kv[1][2]):
+        print(f"{key}: {_label(launch)} {ratio:.3f} of cuBLAS, {margin:.3f}x the best other launch")
+    print(
+        f"{' '.join(args.variants)}: fastest on {len(wins)} of {len(report['shapes'])} shapes; "
+        f"best launch per shape {without:.3f} of cuBLAS without them, {with_them:.3f} with them"
+    )
+
+
 def compose(args: argparse.Namespace) -> None:
     report = read_sweeps(args.sweep, tuple(args.fresh))
     for projection, per_m in sorted(ratios(report).items()):
@@ -610,8 +650,12 @@ def main() -> None:
     )
     three = sub.add_parser("assess")
     three.add_argument("--sweep", required=True, nargs="+", help="one sweep report or more")
+    four = sub.add_parser("gains")
+    four.add_argument("--sweep", required=True, nargs="+", help="one sweep report or more")
+    four.add_argument("--variants", required=True, nargs="+", metavar="VARIANT")
+    four.add_argument("--fresh", nargs="*", default=[], metavar="VARIANT")
     args = parser.parse_args()
-    {"sweep": sweep, "compose": compose, "assess": assess}[args.command](args)
+    {"sweep": sweep, "compose": compose, "assess": assess, "gains": gains}[args.command](args)
 
 
 if __name__ == "__main__":

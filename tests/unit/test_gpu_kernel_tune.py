@@ -173,3 +173,27 @@ def test_a_launch_slow_at_both_neighbours_is_not_chosen_between_them(tune: Any) 
     assert tune.modelled_choice(per_m, 128, 8192, 1024) == PLAIN
     per_m[96][split] = 11.0  # within the slack at M = 96: the model decides
     assert tune.modelled_choice(per_m, 128, 8192, 1024) == split
+
+
+def test_gains_name_the_shapes_a_variant_wins_and_by_how_much(tune: Any) -> None:
+    def timed(t_us: float) -> dict[str, float]:
+        return {"t_us": t_us, "cublas_us": 10.0}
+
+    report = {
+        "shapes": {
+            "8B.qkv M=256": {
+                "tma 128,64,64,4,4,8": timed(12.5),  # 0.8 of cuBLAS
+                "tma_wide 128,64,64,4,4,8,32": timed(10.0),  # 1.0: 1.25x the other
+                "plain 64,64,64,4,3,8": {"error": "out of resources"},
+            },
+            "8B.qkv M=512": {
+                "tma 128,64,64,4,4,8": timed(10.0),
+                "tma_wide 128,64,64,4,4,8,32": timed(20.0),
+            },
+            "8B.o M=192": {"tma_wide 128,64,64,4,4,8,32": timed(10.0)},  # nothing to compare
+        }
+    }
+    wins, without, with_them = tune.variant_gains(report, ("tma_wide",))
+    assert wins == {"8B.qkv M=256": (("tma_wide", (128, 64, 64, 4, 4, 8, 32)), 1.0, 1.25)}
+    assert without == pytest.approx((0.8 * 1.0) ** 0.5)
+    assert with_them == pytest.approx(1.0)
