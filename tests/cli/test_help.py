@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,3 +80,21 @@ def test_status_without_json_is_a_short_summary(run_db: tuple[Path, str]) -> Non
     assert lines[0] == f"job {job_id} (gemm-tiling): done"
     assert len(lines) <= 6 and "max_in_flight" not in outcome.stdout
     assert any(line.startswith("  best: ") for line in lines)
+
+
+def test_status_of_a_job_stopped_before_its_best_was_confirmed(run_db: tuple[Path, str]) -> None:
+    """Evaluated programs but no confirmed best (a run stopped during the re-measure): the
+    summary says the best awaits confirmation instead of "none evaluated yet"."""
+    db, job_id = run_db
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE jobs SET best_program_id = NULL, best_score = NULL")
+    samples = json.loads(codevolve("status", job_id, "--db", str(db), "--json").stdout)[
+        "remeasure_samples"
+    ]
+    outcome = codevolve("status", job_id, "--db", str(db))
+    assert outcome.returncode == 0, outcome.stderr
+    (line,) = [line for line in outcome.stdout.splitlines() if line.startswith("  best: ")]
+    assert line == (
+        f"  best: none confirmed yet (a would-be best is re-measured on {samples} fresh samples "
+        "first)"
+    )

@@ -96,7 +96,15 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
         markup=False,
     )
     best = status["best_score"]
-    if best is None:
+    if best is None and programs["evaluated"]:
+        # A would-be best counts only once fresh samples confirm it (the winner's curse): a run
+        # stopped early can hold evaluated programs and no best yet.
+        console.print(
+            f"  best: none confirmed yet (a would-be best is re-measured on "
+            f"{status['remeasure_samples']} fresh samples first)",
+            markup=False,
+        )
+    elif best is None:
         console.print("  best: none evaluated yet")
     else:
         console.print(f"  best: {best:.4f}, program {status['best_program_id']}", markup=False)
