@@ -15,6 +15,12 @@ as the harness does it, or as named):
   a write flush (the harness's), after a write flush then a read of another buffer of the same
   size (clean lines), and warm (no flush), for cuBLAS and our kernels, decode and mid-size.
 
+- **wide**: why are ``tma_wide``'s 128-row tiles slow? The first sweep with it timed 128x160
+  tiles (8 warps, 4 stages) of 70B_tp8.qkv M=1536 at 0.51 of cuBLAS, where 96 such tiles (one
+  wave) should have come near the 0.87 of 128x128 tail splits. Here the same tiles against
+  ``tma``'s 128x128 and 128x256 on that shape and on 8B.qkv M=768 and M=3072 (K = 4096), over
+  warps, stages and extra widths, with each compiled kernel's registers, spills and shared
+  memory, and TFLOP/s.
 - **cublas**: which kernels does cuBLAS run for each selection shape (train and validation)?
   Their names (torch.profiler) carry the tile, the cluster shape and any split or stream-K
   scheme; our sweep's fastest launch on the same shape is what they are read beside.
@@ -45,6 +51,9 @@ SHAPES = {  # key: (M, N, K)
     "8B.qkv M=256": (256, 6144, 4096),
     "8B.qkv M=512": (512, 6144, 4096),
     "70B_tp8.qkv M=1024": (1024, 1280, 8192),
+    "70B_tp8.qkv M=1536": (1536, 1280, 8192),
+    "8B.qkv M=768": (768, 6144, 4096),
+    "8B.qkv M=3072": (3072, 6144, 4096),
 }
 
 
@@ -106,7 +115,7 @@ def operands(dims: tuple[int, int, int]) -> tuple[Any, Any, Any, Any]:
     return x, w, y, workspace
 
 
-SECTIONS = ("split", "l2", "cublas")
+SECTIONS = ("split", "l2", "wide", "cublas")
 STATES = ("dirty", "clean")
 # Tiles of the split probe (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): the sweep's mid-size
 # 128-row tiles, and the same with 128-wide K steps (256 contiguous bytes of each row a step).
@@ -192,6 +201,67 @@ def probe_l2(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict[s
     return rows
 
 
+# The wide probe's launches: (variant, BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, group, extra_n)
+WIDE_LAUNCHES = (
+    ("tma", 128, 128, 64, 8, 4, 8, 0),
+    ("tma", 128, 256, 64, 8, 3, 8, 0),
+    ("tma_wide", 128, 128, 64, 8, 4, 8, 32),
+    ("tma_wide", 128, 128, 64, 8, 3, 8, 32),
+    ("tma_wide", 128, 128, 64, 4, 4, 8, 32),
+    ("tma_wide", 128, 128, 64, 8, 4, 8, 64),
+    ("tma_wide", 128, 128, 64, 8, 3, 8, 64),
+    ("tma_wide", 128, 64, 64, 4, 4, 8, 32),
+    ("tma_wide", 128, 64, 64, 8, 4, 8, 32),
+)
+
+
+def compiled_facts(kernel: Any) -> list[dict[str, Any]]:
+    """Registers, spills and shared memory of each compiled version of a Triton kernel (empty
+    where this Triton keeps its cache elsewhere)."""
+    facts = []
+    try:
+        for cache in kernel.device_caches.values():
+            for compiled in cache[0].values():
+                facts.append({
+                    "regs": compiled.n_regs, "spills": compiled.n_spills,
+                    "shared": compiled.metadata.shared,
+                    "constants": str(getattr(compiled.src, "constants", ""))[:300],
+                })  # fmt: skip
+    except (AttributeError, TypeError, IndexError, KeyError):
+        return facts
+    return facts
+
+
+def probe_wide(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict[str, Any]]:
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import OutOfResources
+
+    refused = (CompilationError, OutOfResources, RuntimeError)
+    rows: list[dict[str, Any]] = []
+    for key in ("70B_tp8.qkv M=1536", "8B.qkv M=768", "8B.qkv M=3072"):
+        m, n, k = SHAPES[key]
+        x, w, y, workspace = operands((m, n, k))
+        args = (x, w, y, workspace, num_sms)
+        rows.append({"shape": key, "what": "cublas", "us": clock.time_us(partial(cublas, x, w))})
+        for name, bm, bn, bk, warps, stages, group, extra in WIDE_LAUNCHES:
+            params = (bm, bn, bk, warps, stages, group) + ((extra,) if extra else ())
+            launch = partial(getattr(modules[name], f"launch_{name}"), *args, *params)
+            try:
+                us = clock.time_us(launch)
+            except refused as error:  # a launch this GPU refuses is a finding, not a stop
+                rows.append({"shape": key, "what": f"{name} {params}", "error": str(error)[:300]})
+                continue
+            tiles = -(-m // bm) * -(-n // (bn + extra))
+            rows.append({
+                "shape": key, "what": f"{name} {params}", "us": us, "tiles": tiles,
+                "tflops": 2 * m * n * k / us / 1e6,
+            })  # fmt: skip
+    for name in ("tma", "tma_wide"):
+        facts = compiled_facts(getattr(modules[name], f"{name}_kernel"))
+        rows.append({"shape": "", "what": f"{name} compiled", "us": 0.0, "compiled": facts})
+    return rows
+
+
 def probe_cublas() -> list[dict[str, Any]]:
     """The CUDA kernels torch.matmul runs for each selection shape, in launch order."""
     import torch
@@ -223,11 +293,12 @@ def main() -> None:
     clock = Clock(args.samples)
     with tempfile.TemporaryDirectory() as tmp:
         sources = SourceModules(Path(tmp), environ=dict(os.environ), suffix="")
-        names = ("tail_split", "tma_persistent", "split_k")
+        names = ("tail_split", "tma_persistent", "split_k", "tma", "tma_wide")
         modules = {name: load_variant(name, sources) for name in names}
         probes = {
             "split": lambda: probe_split(clock, modules["tail_split"], num_sms),
             "l2": lambda: probe_l2(clock, modules, num_sms),
+            "wide": lambda: probe_wide(clock, modules, num_sms),
             "cublas": probe_cublas,
         }
         report: dict[str, Any] = {"device": torch.cuda.get_device_name(0)}
@@ -239,8 +310,13 @@ def main() -> None:
             if section == "cublas":
                 print(f"{section:6} {row['shape']:20} {' | '.join(row['kernels'])}")
                 continue
+            if "error" in row or "compiled" in row:
+                print(f"{section:6} {row['shape']:20} {row['what']:52} "
+                      f"{row.get('error') or row.get('compiled')}")  # fmt: skip
+                continue
+            extra = f"{row['tiles']} tiles {row['tflops']:.0f} TFLOP/s" if "tiles" in row else ""
             print(f"{section:6} {row['shape']:20} {row['what']:52} {row.get('l2', ''):6} "
-                  f"{row['us']:8.1f}")  # fmt: skip
+                  f"{row['us']:8.1f} {extra}")  # fmt: skip
 
 
 if __name__ == "__main__":
