@@ -17,10 +17,11 @@ as the harness does it, or as named):
 
 - **wide**: why are ``tma_wide``'s 128-row tiles slow? The first sweep with it timed 128x160
   tiles (8 warps, 4 stages) of 70B_tp8.qkv M=1536 at 0.51 of cuBLAS, where 96 such tiles (one
-  wave) should have come near the 0.87 of 128x128 tail splits. Here the same tiles against
-  ``tma``'s 128x128 and 128x256 on that shape and on 8B.qkv M=768 and M=3072 (K = 4096), over
-  warps, stages and extra widths, with each compiled kernel's registers, spills and shared
-  memory, and TFLOP/s.
+  wave) should have come near the 0.87 of 128x128 tail splits; ``tma``'s own 128x128 tiles with
+  8 warps came to 0.69 there, against 0.86 for ``tma_persistent``'s with one tile a program.
+  Here those tiles with and without the extra part, one program per tile and persistent, over
+  warps, stages and widths, on that shape and on 8B.qkv M=768 and M=3072 (K = 4096), with each
+  compiled kernel's registers, spills and shared memory, and TFLOP/s.
 - **cublas**: which kernels does cuBLAS run for each selection shape (train and validation)?
   Their names (torch.profiler) carry the tile, the cluster shape and any split or stream-K
   scheme; our sweep's fastest launch on the same shape is what they are read beside.
@@ -201,18 +202,25 @@ def probe_l2(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict[s
     return rows
 
 
-# The wide probe's launches: (variant, BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, group, extra_n)
-WIDE_LAUNCHES = (
-    ("tma", 128, 128, 64, 8, 4, 8, 0),
-    ("tma", 128, 256, 64, 8, 3, 8, 0),
-    ("tma_wide", 128, 128, 64, 8, 4, 8, 32),
-    ("tma_wide", 128, 128, 64, 8, 3, 8, 32),
-    ("tma_wide", 128, 128, 64, 4, 4, 8, 32),
-    ("tma_wide", 128, 128, 64, 8, 4, 8, 64),
-    ("tma_wide", 128, 128, 64, 8, 3, 8, 64),
-    ("tma_wide", 128, 64, 64, 4, 4, 8, 32),
-    ("tma_wide", 128, 64, 64, 8, 4, 8, 32),
+# The wide probe's launches (variant, parameters): 128-row tiles 128 + extra_n wide against the
+# same tiles without the extra part, one program per tile and persistent, 8 and 4 warps.
+WIDE_LAUNCHES: tuple[tuple[str, tuple[int, ...]], ...] = (
+    ("tma", (128, 128, 64, 8, 4, 8)),
+    ("tma", (128, 128, 64, 4, 4, 8)),
+    ("tma", (128, 256, 64, 8, 3, 8)),
+    ("tma_persistent", (128, 128, 64, 8, 4, 8, 0)),
+    ("tma_persistent", (128, 128, 64, 8, 4, 8, 1)),
+    ("tma_wide", (128, 128, 64, 8, 4, 8, 32)),
+    ("tma_wide", (128, 128, 64, 8, 3, 8, 32)),
+    ("tma_wide", (128, 128, 64, 4, 4, 8, 32)),
+    ("tma_wide", (128, 128, 64, 8, 4, 8, 64)),
+    ("tma_wide", (128, 64, 64, 4, 4, 8, 32)),
+    ("tma_wide", (128, 64, 64, 8, 4, 8, 32)),
+    ("tma_persistent_wide", (128, 128, 64, 8, 4, 8, 0, 64)),
+    ("tma_persistent_wide", (128, 128, 64, 8, 4, 8, 1, 64)),
+    ("tma_persistent_wide", (128, 128, 64, 4, 4, 8, 0, 32)),
 )
+WIDE_VARIANTS = ("tma", "tma_persistent", "tma_wide", "tma_persistent_wide")
 
 
 def compiled_facts(kernel: Any) -> list[dict[str, Any]]:
@@ -224,7 +232,8 @@ def compiled_facts(kernel: Any) -> list[dict[str, Any]]:
             for compiled in cache[0].values():
                 facts.append({
                     "regs": compiled.n_regs, "spills": compiled.n_spills,
-                    "shared": compiled.metadata.shared,
+                    "shared": compiled.metadata.shared, "warps": compiled.metadata.num_warps,
+                    "stages": compiled.metadata.num_stages,
                     "constants": str(getattr(compiled.src, "constants", ""))[:300],
                 })  # fmt: skip
     except (AttributeError, TypeError, IndexError, KeyError):
@@ -243,20 +252,20 @@ def probe_wide(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict
         x, w, y, workspace = operands((m, n, k))
         args = (x, w, y, workspace, num_sms)
         rows.append({"shape": key, "what": "cublas", "us": clock.time_us(partial(cublas, x, w))})
-        for name, bm, bn, bk, warps, stages, group, extra in WIDE_LAUNCHES:
-            params = (bm, bn, bk, warps, stages, group) + ((extra,) if extra else ())
+        for name, params in WIDE_LAUNCHES:
             launch = partial(getattr(modules[name], f"launch_{name}"), *args, *params)
             try:
                 us = clock.time_us(launch)
             except refused as error:  # a launch this GPU refuses is a finding, not a stop
                 rows.append({"shape": key, "what": f"{name} {params}", "error": str(error)[:300]})
                 continue
-            tiles = -(-m // bm) * -(-n // (bn + extra))
+            width = params[1] + (params[-1] if name.endswith("wide") else 0)
+            tiles = -(-m // params[0]) * -(-n // width)
             rows.append({
                 "shape": key, "what": f"{name} {params}", "us": us, "tiles": tiles,
                 "tflops": 2 * m * n * k / us / 1e6,
             })  # fmt: skip
-    for name in ("tma", "tma_wide"):
+    for name in WIDE_VARIANTS:
         facts = compiled_facts(getattr(modules[name], f"{name}_kernel"))
         rows.append({"shape": "", "what": f"{name} compiled", "us": 0.0, "compiled": facts})
     return rows
@@ -293,7 +302,7 @@ def main() -> None:
     clock = Clock(args.samples)
     with tempfile.TemporaryDirectory() as tmp:
         sources = SourceModules(Path(tmp), environ=dict(os.environ), suffix="")
-        names = ("tail_split", "tma_persistent", "split_k", "tma", "tma_wide")
+        names = ("tail_split", "split_k", *WIDE_VARIANTS)
         modules = {name: load_variant(name, sources) for name in names}
         probes = {
             "split": lambda: probe_split(clock, modules["tail_split"], num_sms),
