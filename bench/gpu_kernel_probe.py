@@ -265,6 +265,7 @@ def probe_wide(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict
                 "shape": key, "what": f"{name} {params}", "us": us, "tiles": tiles,
                 "tflops": 2 * m * n * k / us / 1e6,
             })  # fmt: skip
+            print(f"wide {key}: {name} {params} {us:.1f} us, {tiles} tiles", flush=True)
     for name in WIDE_VARIANTS:
         facts = compiled_facts(getattr(modules[name], f"{name}_kernel"))
         rows.append({"shape": "", "what": f"{name} compiled", "us": 0.0, "compiled": facts})
