@@ -220,7 +220,7 @@ WIDE_LAUNCHES: tuple[tuple[str, tuple[int, ...]], ...] = (
     ("tma_persistent_wide", (128, 128, 64, 8, 4, 8, 1, 64)),
     ("tma_persistent_wide", (128, 128, 64, 4, 4, 8, 0, 32)),
 )
-WIDE_VARIANTS = ("tma", "tma_persistent", "tma_wide", "tma_persistent_wide")
+WIDE_PROBED = ("tma", "tma_persistent", "tma_wide", "tma_persistent_wide")
 
 
 def compiled_facts(kernel: Any) -> list[dict[str, Any]]:
@@ -242,6 +242,7 @@ def compiled_facts(kernel: Any) -> list[dict[str, Any]]:
 
 
 def probe_wide(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict[str, Any]]:
+    from gpu_kernel_tune import tile_width  # (bench/, beside this script)
     from triton.compiler.errors import CompilationError
     from triton.runtime.errors import OutOfResources
 
@@ -259,14 +260,13 @@ def probe_wide(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict
             except refused as error:  # a launch this GPU refuses is a finding, not a stop
                 rows.append({"shape": key, "what": f"{name} {params}", "error": str(error)[:300]})
                 continue
-            width = params[1] + (params[-1] if name.endswith("wide") else 0)
-            tiles = -(-m // params[0]) * -(-n // width)
+            tiles = -(-m // params[0]) * -(-n // tile_width((name, params)))
             rows.append({
                 "shape": key, "what": f"{name} {params}", "us": us, "tiles": tiles,
                 "tflops": 2 * m * n * k / us / 1e6,
             })  # fmt: skip
             print(f"wide {key}: {name} {params} {us:.1f} us, {tiles} tiles", flush=True)
-    for name in WIDE_VARIANTS:
+    for name in WIDE_PROBED:
         facts = compiled_facts(getattr(modules[name], f"{name}_kernel"))
         rows.append({"shape": "", "what": f"{name} compiled", "us": 0.0, "compiled": facts})
     return rows
@@ -303,7 +303,7 @@ def main() -> None:
     clock = Clock(args.samples)
     with tempfile.TemporaryDirectory() as tmp:
         sources = SourceModules(Path(tmp), environ=dict(os.environ), suffix="")
-        names = ("tail_split", "split_k", *WIDE_VARIANTS)
+        names = ("tail_split", "split_k", *WIDE_PROBED)
         modules = {name: load_variant(name, sources) for name in names}
         probes = {
             "split": lambda: probe_split(clock, modules["tail_split"], num_sms),

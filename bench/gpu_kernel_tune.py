@@ -420,6 +420,12 @@ def reduction_waves(
 WIDE_VARIANTS = ("tma_wide", "tma_persistent_wide")
 
 
+def tile_width(launch: Launch) -> int:
+    """A launch's tile extent along N."""
+    name, p = launch
+    return p[1] + p[-1] if name in WIDE_VARIANTS else p[1]
+
+
 def waves(
     launch: Launch, m: int, n: int, k: int, sms: int = SMS, ridge: float = RIDGE_H100
 ) -> float:
@@ -427,8 +433,7 @@ def waves(
     tile times: what makes a launch fast at one M and slow at the next (a partial last wave).
     Split launches also pay for summing their partials (:func:`reduction_waves`)."""
     name, p = launch
-    width = p[1] + p[-1] if name in WIDE_VARIANTS else p[1]
-    tiles = math.ceil(m / p[0]) * math.ceil(n / width)
+    tiles = math.ceil(m / p[0]) * math.ceil(n / tile_width(launch))
     steps = math.ceil(k / p[2])
     if name in ("split_k", "split_k_fused"):
         return math.ceil(tiles * p[5] / sms) / p[5] + reduction_waves(tiles, p[5], k, sms, ridge)
