@@ -72,10 +72,13 @@ STARTS: dict[tuple[str, str], tuple[int, ...]] = {
     ("persistent_stream_k", "prefill"): (128, 256, 64, 8, 3, 8, 1),
     ("persistent_stream_k_fused", "mid"): (128, 128, 64, 8, 4, 8, 1),
     ("persistent_stream_k_fused", "prefill"): (128, 256, 64, 8, 3, 8, 1),
-    # Tiles 192 and 96 wide (128 + 64, 64 + 32): cuBLAS's widths where it fills one wave.
+    # Tiles 96 (64 + 32), 160 and 192 wide: cuBLAS's kind of widths where it fills one wave.
+    # 128x96 was the mid-size winner among them on the H100; there 128x160 ran 1.4x faster with
+    # 4 warps than with 8, and 128x192 persistent 1.3x faster without flattening
+    # (bench/gpu_kernel_probe.py --sections wide).
     ("tma_wide", "mid"): (128, 64, 64, 4, 4, 8, 32),
-    ("tma_wide", "prefill"): (128, 128, 64, 8, 4, 8, 64),
-    ("tma_persistent_wide", "prefill"): (128, 128, 64, 8, 4, 8, 1, 64),
+    ("tma_wide", "prefill"): (128, 128, 64, 4, 4, 8, 32),
+    ("tma_persistent_wide", "prefill"): (128, 128, 64, 8, 4, 8, 0, 64),
     ("plain", "decode"): (16, 32, 128, 4, 5, 1),
     ("plain", "mid"): (64, 128, 64, 4, 4, 8),
     # A weight-streaming decode kernel: up to four tokens per program, 16 weight rows, 256-wide
