@@ -22,6 +22,13 @@ as the harness does it, or as named):
   Here those tiles with and without the extra part, one program per tile and persistent, over
   warps, stages and widths, on that shape and on 8B.qkv M=768 and M=3072 (K = 4096), with each
   compiled kernel's registers, spills and shared memory, and TFLOP/s.
+- **streamk**: where does ``persistent_stream_k``'s time go? On 70B_tp8.qkv (K = 8192) at
+  M = 768 (60 tiles of 128x128 on 132 SMs: 58 K steps a program instead of a tile's 128) the
+  sweeps timed it at 47 us, where ``tma_persistent``'s whole tiles took 55 us for 128 steps
+  (M = 1536): 0.43 us a step, so about 25 us of steps and 22 us of something else. Here its
+  first kernel alone, its sum kernel alone and the whole launch, beside the same with the
+  partial tiles stored through a TMA descriptor instead of pointer stores, against
+  ``tma_persistent``'s whole tiles and cuBLAS.
 - **cublas**: which kernels does cuBLAS run for each selection shape (train and validation)?
   Their names (torch.profiler) carry the tile, the cluster shape and any split or stream-K
   scheme; our sweep's fastest launch on the same shape is what they are read beside.
@@ -54,6 +61,7 @@ SHAPES = {  # key: (M, N, K)
     "70B_tp8.qkv M=1024": (1024, 1280, 8192),
     "70B_tp8.qkv M=1536": (1536, 1280, 8192),
     "8B.qkv M=768": (768, 6144, 4096),
+    "70B_tp8.qkv M=768": (768, 1280, 8192),
     "8B.qkv M=3072": (3072, 6144, 4096),
 }
 
@@ -61,7 +69,11 @@ SHAPES = {  # key: (M, N, K)
 def load_variant(name: str, modules: SourceModules) -> SimpleNamespace:
     """Variant ``name``'s namespace, run from a file (Triton reads kernel source through inspect)
     with the full builtins: our own code, trusted here."""
-    namespace = modules.run(PRELUDE + variant_source(name), f"probe_{name}", builtins)
+    return load_source(name, variant_source(name), modules)
+
+
+def load_source(name: str, source: str, modules: SourceModules) -> SimpleNamespace:
+    namespace = modules.run(PRELUDE + source, f"probe_{name}", builtins)
     if isinstance(namespace, LoadError):
         raise SystemExit(f"variant {name}: {namespace.message}")
     return SimpleNamespace(**namespace)
@@ -116,7 +128,7 @@ def operands(dims: tuple[int, int, int]) -> tuple[Any, Any, Any, Any]:
     return x, w, y, workspace
 
 
-SECTIONS = ("split", "l2", "wide", "cublas")
+SECTIONS = ("split", "l2", "wide", "streamk", "cublas")
 STATES = ("dirty", "clean")
 # Tiles of the split probe (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): the sweep's mid-size
 # 128-row tiles, and the same with 128-wide K steps (256 contiguous bytes of each row a step).
@@ -272,6 +284,93 @@ def probe_wide(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict
     return rows
 
 
+# persistent_stream_k with its partial tiles stored through a TMA descriptor over the workspace
+# (rows of BLOCK_N fp32) instead of pointer stores in the accumulator's layout.
+STREAMK_TMA_EDITS = (
+    ("    x_desc, w_desc, y_desc, ws_ptr, M, N, K, full_tiles, per_program, programs,\n",
+     "    x_desc, w_desc, y_desc, ws_ptr, ws_desc, M, N, K, full_tiles, per_program, programs,\n"),
+    ("            tl.store(ws_ptr + slot * block + inner, acc)\n",
+     "            ws_desc.store([slot * BLOCK_M, 0], acc)\n"),
+    ("        x_desc, w_desc, y_desc, workspace, M, N, K, full, per_program, programs,\n",
+     "        x_desc, w_desc, y_desc, workspace,\n"
+     "        TensorDescriptor.from_tensor(workspace.view(-1, block_n), [block_m, block_n]),\n"
+     "        M, N, K, full, per_program, programs,\n"),
+)  # fmt: skip
+
+
+def streamk_tma_source() -> str:
+    source = variant_source("persistent_stream_k")
+    for old, new in STREAMK_TMA_EDITS:
+        if source.count(old) != 1:
+            raise SystemExit(f"persistent_stream_k changed: no single {old.strip()!r} to edit")
+        source = source.replace(old, new)
+    return source
+
+
+def stream_k_plan(m: int, n: int, k: int, bm: int, bn: int, bk: int, sms: int, ws: int) -> tuple:
+    """(programs, full tiles, steps a program, grid, tail tiles) as launch_persistent_stream_k
+    computes them."""
+    tiles = -(-m // bm) * -(-n // bn)
+    steps = -(-k // bk)
+    programs = max(1, min(sms, ws // (2 * bm * bn)))
+    full = tiles - tiles % programs
+    total = (tiles - full) * steps
+    per_program = max(-(-total // programs), -(-steps // 4), 1)
+    grid = programs if full else -(-total // per_program)
+    return programs, full, per_program, grid, tiles - full
+
+
+def probe_streamk(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict[str, Any]]:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    rows: list[dict[str, Any]] = []
+    kinds = {"pointer stores": modules["persistent_stream_k"],
+             "TMA stores": modules["persistent_stream_k_tma"]}  # fmt: skip
+    for key in ("70B_tp8.qkv M=768", "70B_tp8.qkv M=1536"):
+        m, n, k = SHAPES[key]
+        x, w, y, workspace = operands((m, n, k))
+        args = (x, w, y, workspace, num_sms)
+
+        def note(what: str, launch: Callable[[], Any], key: str = key, **extra: Any) -> None:
+            us = clock.time_us(launch)
+            rows.append({"shape": key, "what": what, "us": us, **extra})
+            print(f"streamk {key}: {what} {us:.1f} us", flush=True)
+
+        note("cublas", partial(cublas, x, w))
+        for params in ((128, 128, 64, 4, 4, 8, 1), (128, 128, 64, 8, 4, 8, 1)):
+            bm, bn, bk, warps, stages, group, flatten = params
+            tile = f"{bm}x{bn}x{bk} w{warps}"
+            launch = modules["tma_persistent"].launch_tma_persistent
+            note(f"tma_persistent {tile}", partial(launch, *args, *params))
+            programs, full, per_program, grid, tail = stream_k_plan(
+                m, n, k, bm, bn, bk, num_sms, workspace.numel()
+            )
+            descs = [TensorDescriptor.from_tensor(x, [bm, bk]),
+                     TensorDescriptor.from_tensor(w, [bn, bk]),
+                     TensorDescriptor.from_tensor(y, [bm, bn])]  # fmt: skip
+            for kind, module in kinds.items():
+                whole = partial(module.launch_persistent_stream_k, *args, *params)
+                note(f"stream-K {kind} {tile} whole", whole, per_program=per_program, grid=grid)
+                ws_args = [workspace]
+                if kind == "TMA stores":
+                    ws_args.append(TensorDescriptor.from_tensor(workspace.view(-1, bn), [bm, bn]))
+                main_kernel = partial(
+                    module.persistent_stream_k_kernel[(grid,)], *descs, *ws_args, m, n, k, full,
+                    per_program, programs, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group,
+                    FLATTEN=flatten == 1, num_warps=warps, num_stages=stages,
+                )  # fmt: skip
+                note(f"stream-K {kind} {tile} first kernel", main_kernel)
+            rows_per = min(bm, 16)
+            fixup = partial(
+                modules["persistent_stream_k"].persistent_stream_k_fixup_kernel[
+                    (tail, bm // rows_per)
+                ], workspace, y, m, n, k, full, per_program, y.stride(0), y.stride(1),
+                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, ROWS=rows_per, num_warps=4,
+            )  # fmt: skip
+            note(f"stream-K {tile} sum kernel", fixup)
+    return rows
+
+
 def probe_cublas() -> list[dict[str, Any]]:
     """The CUDA kernels torch.matmul runs for each selection shape, in launch order."""
     import torch
@@ -303,12 +402,16 @@ def main() -> None:
     clock = Clock(args.samples)
     with tempfile.TemporaryDirectory() as tmp:
         sources = SourceModules(Path(tmp), environ=dict(os.environ), suffix="")
-        names = ("tail_split", "split_k", *WIDE_PROBED)
+        names = ("tail_split", "split_k", "persistent_stream_k", *WIDE_PROBED)
         modules = {name: load_variant(name, sources) for name in names}
+        modules["persistent_stream_k_tma"] = load_source(
+            "persistent_stream_k_tma", streamk_tma_source(), sources
+        )
         probes = {
             "split": lambda: probe_split(clock, modules["tail_split"], num_sms),
             "l2": lambda: probe_l2(clock, modules, num_sms),
             "wide": lambda: probe_wide(clock, modules, num_sms),
+            "streamk": lambda: probe_streamk(clock, modules, num_sms),
             "cublas": probe_cublas,
         }
         report: dict[str, Any] = {"device": torch.cuda.get_device_name(0)}
