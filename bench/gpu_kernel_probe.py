@@ -27,7 +27,8 @@ as the harness does it, or as named):
   sweeps timed it at 47 us, where ``tma_persistent``'s whole tiles took 55 us for 128 steps
   (M = 1536): 0.43 us a step, so about 25 us of steps and 22 us of something else. Here its
   first kernel alone, its sum kernel alone and the whole launch, beside the same with the
-  partial tiles stored through a TMA descriptor instead of pointer stores, against
+  partial tiles' workspace offsets computed at the store (not live through the K loop), and
+  with the partial tiles stored through a TMA descriptor instead of pointer stores, against
   ``tma_persistent``'s whole tiles and cuBLAS.
 - **cublas**: which kernels does cuBLAS run for each selection shape (train and validation)?
   Their names (torch.profiler) carry the tile, the cluster shape and any split or stream-K
@@ -298,9 +299,20 @@ STREAMK_TMA_EDITS = (
 )  # fmt: skip
 
 
-def streamk_tma_source() -> str:
+# persistent_stream_k with the workspace offsets of a partial tile (a BLOCK_M x BLOCK_N int32
+# tensor) computed at the store instead of before the loops, where they may stay live beside
+# the accumulator through every K step.
+_INNER = "inner = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]\n"
+STREAMK_LATE_OFFSETS_EDITS = (
+    ("    " + _INNER, ""),
+    ("            tl.store(ws_ptr + slot * block + inner, acc)\n",
+     "            " + _INNER + "            tl.store(ws_ptr + slot * block + inner, acc)\n"),
+)  # fmt: skip
+
+
+def edited_stream_k(edits: tuple[tuple[str, str], ...]) -> str:
     source = variant_source("persistent_stream_k")
-    for old, new in STREAMK_TMA_EDITS:
+    for old, new in edits:
         if source.count(old) != 1:
             raise SystemExit(f"persistent_stream_k changed: no single {old.strip()!r} to edit")
         source = source.replace(old, new)
@@ -325,6 +337,7 @@ def probe_streamk(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[d
 
     rows: list[dict[str, Any]] = []
     kinds = {"pointer stores": modules["persistent_stream_k"],
+             "pointer stores, offsets at the store": modules["persistent_stream_k_late"],
              "TMA stores": modules["persistent_stream_k_tma"]}  # fmt: skip
     for key in ("70B_tp8.qkv M=768", "70B_tp8.qkv M=1536"):
         m, n, k = SHAPES[key]
@@ -368,6 +381,10 @@ def probe_streamk(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[d
                 BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, ROWS=rows_per, num_warps=4,
             )  # fmt: skip
             note(f"stream-K {tile} sum kernel", fixup)
+    for kind, module in kinds.items():
+        facts = compiled_facts(module.persistent_stream_k_kernel)
+        what = f"stream-K {kind} compiled"
+        rows.append({"shape": "", "what": what, "us": 0.0, "compiled": facts})
     return rows
 
 
@@ -405,7 +422,10 @@ def main() -> None:
         names = ("tail_split", "split_k", "persistent_stream_k", *WIDE_PROBED)
         modules = {name: load_variant(name, sources) for name in names}
         modules["persistent_stream_k_tma"] = load_source(
-            "persistent_stream_k_tma", streamk_tma_source(), sources
+            "persistent_stream_k_tma", edited_stream_k(STREAMK_TMA_EDITS), sources
+        )
+        modules["persistent_stream_k_late"] = load_source(
+            "persistent_stream_k_late", edited_stream_k(STREAMK_LATE_OFFSETS_EDITS), sources
         )
         probes = {
             "split": lambda: probe_split(clock, modules["tail_split"], num_sms),
