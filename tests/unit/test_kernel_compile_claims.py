@@ -95,3 +95,18 @@ def test_a_helpers_own_failure_is_not_the_candidates() -> None:
         assert compiler.compile_ahead(initial_program(), "d" * 64, [(16, 64, 64)]) == 0  # done
     finally:
         compiler.close()
+
+
+def test_the_device_process_shutdown_stops_the_kernel_jobs_compile_helpers() -> None:
+    # A device process that ran a kernel job ends through gemm_jobs.shutdown: the helpers
+    # compile_ahead started (left running between jobs) must end with it and be waited for, or
+    # their queues' semaphores are reported leaked when the run exits.
+    from codevolve.evaluator_workers.gpu import gemm_jobs, kernel_jobs
+
+    compiler = kernel_jobs._compiler()
+    compiler._pool = multiprocessing.get_context("spawn").Pool(2)  # as compile_ahead starts it
+    helpers = list(compiler._pool._pool)  # type: ignore[attr-defined]
+    assert all(helper.is_alive() for helper in helpers)
+    gemm_jobs.shutdown()
+    assert compiler._pool is None
+    assert not any(helper.is_alive() for helper in helpers)

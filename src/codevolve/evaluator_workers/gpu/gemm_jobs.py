@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -90,9 +91,13 @@ def precompile(configs: list[Config], *, workers: int) -> dict[Config, str]:
 
 
 def shutdown() -> None:
-    """Called by the device process before it ends: stop the compile workers, if started."""
+    """Called by the device process before it ends: stop the compile workers, if started (the
+    GEMM bench's, and the kernel jobs' helpers if a kernel job ran)."""
     if _bench.cache_info().currsize:
         _bench().close()
+    kernel_jobs = sys.modules.get("codevolve.evaluator_workers.gpu.kernel_jobs")
+    if kernel_jobs is not None:
+        kernel_jobs.shutdown()
 
 
 def _kernel_measure(payload: Any) -> Any:

@@ -60,8 +60,10 @@ class KernelCompiler:
         self._claims = tempfile.mkdtemp(prefix="codevolve-kernel-claims-")
 
     def close(self) -> None:
+        """Stop the helpers and wait for them (their queues' semaphores are released)."""
         if self._pool is not None:
             self._pool.terminate()
+            self._pool.join()
             self._pool = None
 
     def compile_ahead(self, source: str, digest: str, shapes: Sequence[Shape]) -> int:

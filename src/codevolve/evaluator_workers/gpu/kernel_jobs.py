@@ -42,6 +42,12 @@ def _compiler() -> KernelCompiler:
     return KernelCompiler(compile_workers())
 
 
+def shutdown() -> None:
+    """Stop the compile helpers, if started (the device process calls this before it ends)."""
+    if _compiler.cache_info().currsize:
+        _compiler().close()
+
+
 @functools.cache
 def _bench() -> KernelBench:
     return KernelBench()
