@@ -344,17 +344,26 @@ def probe_streamk(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[d
         x, w, y, workspace = operands((m, n, k))
         args = (x, w, y, workspace, num_sms)
 
-        def note(what: str, launch: Callable[[], Any], key: str = key, **extra: Any) -> None:
-            us = clock.time_us(launch)
-            rows.append({"shape": key, "what": what, "us": us, **extra})
-            print(f"streamk {key}: {what} {us:.1f} us", flush=True)
+        def note(
+            what: str,
+            launch: Callable[[], Any],
+            key: str = key,
+            states: tuple[str, ...] = ("dirty",),
+            **extra: Any,
+        ) -> None:
+            for state in states:
+                us = clock.time_us(launch, state)
+                rows.append({"shape": key, "what": what, "l2": state, "us": us, **extra})
+                print(f"streamk {key}: {what} ({state} L2) {us:.1f} us", flush=True)
 
-        note("cublas", partial(cublas, x, w))
+        note("cublas", partial(cublas, x, w), states=("dirty", "warm"))
         for params in ((128, 128, 64, 4, 4, 8, 1), (128, 128, 64, 8, 4, 8, 1)):
             bm, bn, bk, warps, stages, group, flatten = params
             tile = f"{bm}x{bn}x{bk} w{warps}"
             launch = modules["tma_persistent"].launch_tma_persistent
-            note(f"tma_persistent {tile}", partial(launch, *args, *params))
+            note(
+                f"tma_persistent {tile}", partial(launch, *args, *params), states=("dirty", "warm")
+            )
             programs, full, per_program, grid, tail = stream_k_plan(
                 m, n, k, bm, bn, bk, num_sms, workspace.numel()
             )
@@ -372,7 +381,7 @@ def probe_streamk(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[d
                     per_program, programs, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group,
                     FLATTEN=flatten == 1, num_warps=warps, num_stages=stages,
                 )  # fmt: skip
-                note(f"stream-K {kind} {tile} first kernel", main_kernel)
+                note(f"stream-K {kind} {tile} first kernel", main_kernel, states=("dirty", "warm"))
             rows_per = min(bm, 16)
             fixup = partial(
                 modules["persistent_stream_k"].persistent_stream_k_fixup_kernel[
