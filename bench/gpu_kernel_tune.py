@@ -96,6 +96,12 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
                (128, 128, 64, 4, 4, 8, 32), (128, 128, 64, 4, 4, 8, 16)),
         *_grid("tma_persistent", (128, 128, 64, 4, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1),
                (64, 128, 64, 4, 4, 8, 1), (128, 128, 64, 8, 4, 8, 1)),
+        # Wide tiles split along K: 256 x 160 and 256 x 192 read 1.5-1.7x fewer bytes from L2
+        # per flop than 128 x 128 (the bound of the mid-size shapes' best launches: about 7-10
+        # TB/s from L2 to the SMs in the sweeps), and splitting fills the SMs with few of them.
+        *_grid("tma_wide_split", *((256, 128, 64, 8, 3, 8, s, 32) for s in (2, 3, 4)),
+               (256, 128, 64, 8, 2, 8, 2, 64), (256, 128, 64, 8, 2, 8, 4, 64),
+               (128, 256, 64, 8, 3, 8, 2, 64), (128, 128, 64, 4, 4, 8, 2, 32)),
         *_grid("tail_split", (64, 64, 128, 4, 4, 8), (64, 128, 64, 4, 4, 8),
                (64, 256, 64, 4, 3, 8), (128, 128, 64, 4, 4, 8), (128, 128, 64, 8, 4, 8),
                (128, 256, 64, 8, 3, 8)),
@@ -126,7 +132,10 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
                (128, 128, 64, 4, 4, 8, 32), (128, 128, 64, 4, 4, 8, 16)),
         *_grid("tma_persistent_wide", (128, 128, 64, 8, 4, 8, 1, 64),
                (128, 128, 64, 8, 4, 8, 1, 32), (128, 128, 64, 8, 4, 8, 0, 64),
-               (128, 128, 64, 4, 4, 8, 0, 32)),
+               (128, 128, 64, 4, 4, 8, 0, 32), (256, 128, 64, 8, 3, 8, 0, 32)),
+        *_grid("tma_wide", (256, 128, 64, 8, 3, 8, 32)),
+        *_grid("tma_wide_split", (256, 128, 64, 8, 3, 8, 2, 32), (256, 128, 64, 8, 3, 8, 3, 32),
+               (256, 128, 64, 8, 2, 8, 2, 64), (128, 256, 64, 8, 3, 8, 2, 64)),
         *_grid("plain", (128, 256, 64, 8, 3, 8)),
         *_grid("persistent_tail", (128, 256, 64, 8, 3, 8, 1), (128, 256, 64, 8, 3, 4, 1),
                (128, 128, 64, 8, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1), (256, 128, 64, 8, 3, 8, 1)),
@@ -421,7 +430,7 @@ def reduction_waves(
 
 
 # Variants whose tiles are two dots wide along N: block_n (p[1]) + extra_n (their last parameter).
-WIDE_VARIANTS = ("tma_wide", "tma_persistent_wide")
+WIDE_VARIANTS = ("tma_wide", "tma_persistent_wide", "tma_wide_split")
 
 
 def tile_width(launch: Launch) -> int:
@@ -439,8 +448,11 @@ def waves(
     name, p = launch
     tiles = math.ceil(m / p[0]) * math.ceil(n / tile_width(launch))
     steps = math.ceil(k / p[2])
-    if name in ("split_k", "split_k_fused"):
-        return math.ceil(tiles * p[5] / sms) / p[5] + reduction_waves(tiles, p[5], k, sms, ridge)
+    if name in ("split_k", "split_k_fused", "tma_wide_split"):
+        splits = p[6] if name == "tma_wide_split" else p[5]
+        return math.ceil(tiles * splits / sms) / splits + reduction_waves(
+            tiles, splits, k, sms, ridge
+        )
     if name == "stream_k":  # every tile's K steps shared out evenly
         return math.ceil(tiles * steps / sms) / steps
     if name in ("persistent_stream_k", "persistent_stream_k_fused"):

@@ -39,6 +39,7 @@ VARIANT_ARGS = {
     "gemv": (2, 16, 256, 4, 3),
     "tma_wide": (64, 64, 64, 4, 3, 8, 32),
     "tma_persistent_wide": (64, 64, 64, 4, 3, 8, 1, 32),
+    "tma_wide_split": (64, 64, 64, 4, 3, 8, 3, 32),
 }
 
 

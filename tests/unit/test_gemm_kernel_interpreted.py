@@ -43,6 +43,7 @@ ARGS = {
     "gemv": (2, 16, 32, 4, 2),
     "tma_wide": (16, 32, 32, 4, 2, 2, 16),  # 48 wide: N = 80 and 40 end in the second dot
     "tma_persistent_wide": (16, 32, 32, 4, 2, 2, 0, 16),
+    "tma_wide_split": (16, 32, 32, 4, 2, 2, 3, 16),  # three K splits where K has 3 steps or more
 }
 
 SCRIPT = """
@@ -143,7 +144,7 @@ def test_a_fused_split_k_whose_last_split_skips_a_partial_is_wrong(tmp_path: Pat
     assert len(_errors(dropped, tmp_path)) == len(SHAPES)  # every shape is split three ways
 
 
-@pytest.mark.parametrize("variant", ["tma_wide", "tma_persistent_wide"])
+@pytest.mark.parametrize("variant", ["tma_wide", "tma_persistent_wide", "tma_wide_split"])
 def test_a_wide_tile_whose_second_dot_reads_the_first_parts_rows_is_wrong(
     variant: str, tmp_path: Path
 ) -> None:
@@ -156,6 +157,14 @@ def test_a_wide_tile_whose_second_dot_reads_the_first_parts_rows_is_wrong(
     # Only N = 32 fits in the first 32 columns of one tile: every other shape needs the second
     # part of a tile.
     assert wrong == sorted(shape for shape in SHAPES if shape[1] > 32)
+
+
+def test_a_wide_split_whose_last_split_skips_a_partial_is_wrong(tmp_path: Path) -> None:
+    dropped = _changed(
+        "tma_wide_split", "if other != split:", "if (other != split) & (other != 0):"
+    )
+    # Every shape has two K steps at least, so every tile is split and summed.
+    assert len(_errors(dropped, tmp_path)) == len(SHAPES)
 
 
 def test_a_gemv_whose_programs_all_take_the_first_tokens_is_wrong(tmp_path: Path) -> None:

@@ -32,6 +32,10 @@ def test_waves_count_whole_tiles_over_the_sms(tune: Any) -> None:
     # 80 pieces in one round of a quarter tile, then 20 tiles' four partials summed
     split_k = tune.waves(("split_k", (64, 64, 128, 4, 4, 4)), 64, 1280, 8192)
     assert split_k == 0.25 + tune.reduction_waves(20, 4, 8192)
+    # tma_wide_split (extra_n after split_k): 70B_tp8.qkv M=1024 in 4 x 8 tiles of 256 x 160,
+    # split four ways: 128 pieces in one round of a quarter tile, then 32 tiles' partials summed
+    wide_split = tune.waves(("tma_wide_split", (256, 128, 64, 8, 3, 8, 4, 32)), 1024, 1280, 8192)
+    assert wide_split == 0.25 + tune.reduction_waves(32, 4, 8192)
     # 160 tiles: 132 whole, 28 split so that the tail costs well under a whole wave
     tail = tune.waves(("tail_split", (128, 128, 64, 4, 4, 8)), 2048, 1280, 8192)
     assert 1.1 < tail < 1.5
