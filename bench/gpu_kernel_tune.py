@@ -17,6 +17,9 @@
     python bench/gpu_kernel_tune.py gains --sweep sweep.json --variants V [V...] [--fresh V]
         (no GPU) Where the named variants' launches are the fastest and by how much, and the
         best launch per shape with and without them.
+    python bench/gpu_kernel_tune.py l2 --sweep sweep.json [--min-m 192]
+        (no GPU) Per shape, the fastest launch and the rate its tiles read from L2 into the SMs
+        (what bounds the mid-size shapes where cuBLAS shares loads across a cluster).
 
 Selection sees the 44 train and 96 validation shapes; the 44 test shapes are measured first by
 ``bench/gpu_kernel.py evaluate``.
@@ -631,6 +634,49 @@ def gains(args: argparse.Namespace) -> None:
     )
 
 
+def l2_bytes(launch: Launch, m: int, n: int, k: int) -> int:
+    """Bytes a launch's tiles read from L2 into the SMs: every tile reads its rows of x and its
+    columns of w over all of K (a split or stream-K tile as much, in pieces), bf16, padded to
+    whole tiles: 2 * K * (N' * M' / width + M' * N' / height). A tile's harmonic size sets it:
+    128 x 128 reads 1.5x what 128 x 256 does per flop; no two tiles share a load (Triton 3.6 has
+    no clusters)."""
+    height, width = launch[1][0], tile_width(launch)
+    m_padded, n_padded = math.ceil(m / height) * height, math.ceil(n / width) * width
+    return 2 * k * (n_padded * m_padded // width + m_padded * n_padded // height)
+
+
+def l2_rates(report: dict[str, Any], min_m: int) -> list[tuple[str, Launch, float, float]]:
+    """Per selection shape of M >= ``min_m``: its fastest launch, that launch's ratio to cuBLAS,
+    and the rate its tiles read from L2 (TB/s, :func:`l2_bytes` over its time); worst first."""
+    from codevolve.problems.gemm_tiling.shapes import PROJECTIONS
+
+    dims = {p.name: (p.n, p.k) for p in PROJECTIONS}
+    rows = []
+    for key, results in report["shapes"].items():
+        projection, m_text = key.split(" M=")
+        m = int(m_text)
+        cublas, timed = shape_ratios(results)
+        if m < min_m or not timed:
+            continue
+        label = max(timed, key=lambda label: timed[label])
+        launch = _unlabel(label)
+        n, k = dims[projection]
+        us = cublas / timed[label]
+        rows.append((key, launch, timed[label], l2_bytes(launch, m, n, k) / us / 1e6))
+    return sorted(rows, key=lambda row: row[2])
+
+
+def l2(args: argparse.Namespace) -> None:
+    rows = l2_rates(read_sweeps(args.sweep, tuple(args.fresh)), args.min_m)
+    for key, launch, ratio, rate in rows:
+        print(f"{key:24} {_label(launch):44} {ratio:.3f} of cuBLAS, {rate:5.1f} TB/s from L2")
+    slow = [rate for _, _, ratio, rate in rows if ratio < 0.9]
+    if slow:
+        print(f"{len(slow)} shapes below 0.9 of cuBLAS: their fastest launches read "
+              f"{statistics.median(slow):.1f} TB/s from L2 (median; {min(slow):.1f}-"
+              f"{max(slow):.1f})")  # fmt: skip
+
+
 def compose(args: argparse.Namespace) -> None:
     report = read_sweeps(args.sweep, tuple(args.fresh))
     for projection, per_m in sorted(ratios(report).items()):
@@ -675,8 +721,13 @@ def main() -> None:
     four.add_argument("--sweep", required=True, nargs="+", help="one sweep report or more")
     four.add_argument("--variants", required=True, nargs="+", metavar="VARIANT")
     four.add_argument("--fresh", nargs="*", default=[], metavar="VARIANT")
+    five = sub.add_parser("l2")
+    five.add_argument("--sweep", required=True, nargs="+", help="one sweep report or more")
+    five.add_argument("--min-m", type=int, default=192, help="only shapes with M >= this")
+    five.add_argument("--fresh", nargs="*", default=[], metavar="VARIANT")
     args = parser.parse_args()
-    {"sweep": sweep, "compose": compose, "assess": assess, "gains": gains}[args.command](args)
+    commands = {"sweep": sweep, "compose": compose, "assess": assess, "gains": gains, "l2": l2}
+    commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -201,3 +201,28 @@ def test_gains_name_the_shapes_a_variant_wins_and_by_how_much(tune: Any) -> None
     assert wins == {"8B.qkv M=256": (("tma_wide", (128, 64, 64, 4, 4, 8, 32)), 1.0, 1.25)}
     assert without == pytest.approx((0.8 * 1.0) ** 0.5)
     assert with_them == pytest.approx(1.0)
+
+
+def test_l2_bytes_follow_the_tiles_harmonic_size(tune: Any) -> None:
+    # 70B_tp8.qkv M=1024 (N = 1280, K = 8192): 128 x 128 tiles read x 10 times and w 8 times
+    square = tune.l2_bytes(PLAIN, 1024, 1280, 8192)
+    assert square == 2 * 8192 * (1024 * 10 + 1280 * 8)
+    # 128 x 256: x 5 times; 256 x 160 (wide, split or not): x 8 times, w 4 times
+    assert tune.l2_bytes(WIDE, 1024, 1280, 8192) / square == 0.75
+    wide_split = ("tma_wide_split", (256, 128, 64, 8, 3, 8, 4, 32))
+    assert tune.l2_bytes(wide_split, 1024, 1280, 8192) == 2 * 8192 * (1024 * 8 + 1280 * 4)
+    # a ragged edge reads whole tiles: M = 100 in 128-row tiles reads 128 rows of x per tile
+    assert tune.l2_bytes(PLAIN, 100, 128, 64) == 2 * 64 * (128 + 128)
+
+
+def test_l2_rates_put_the_slowest_shape_first(tune: Any) -> None:
+    def shape(t_us: float, cublas_us: float) -> dict[str, Any]:
+        return {"plain 128,128,64,4,4,8": {"t_us": t_us, "cublas_us": cublas_us}}
+
+    report = {"shapes": {"70B_tp8.qkv M=1024": shape(50.0, 40.0),
+                         "70B_tp8.qkv M=2048": shape(100.0, 90.0),
+                         "70B_tp8.qkv M=16": shape(10.0, 10.0)}}  # fmt: skip
+    rows = tune.l2_rates(report, 192)
+    assert [row[0] for row in rows] == ["70B_tp8.qkv M=1024", "70B_tp8.qkv M=2048"]
+    assert rows[0][2] == 0.8
+    assert rows[0][3] == tune.l2_bytes(PLAIN, 1024, 1280, 8192) / 50.0 / 1e6
