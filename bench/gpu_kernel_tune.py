@@ -99,12 +99,6 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
                (128, 128, 64, 4, 4, 8, 32), (128, 128, 64, 4, 4, 8, 16)),
         *_grid("tma_persistent", (128, 128, 64, 4, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1),
                (64, 128, 64, 4, 4, 8, 1), (128, 128, 64, 8, 4, 8, 1)),
-        # Wide tiles split along K: 256 x 160 and 256 x 192 read 1.5-1.7x fewer bytes from L2
-        # per flop than 128 x 128 (the bound of the mid-size shapes' best launches: about 7-10
-        # TB/s from L2 to the SMs in the sweeps), and splitting fills the SMs with few of them.
-        *_grid("tma_wide_split", *((256, 128, 64, 8, 3, 8, s, 32) for s in (2, 3, 4)),
-               (256, 128, 64, 8, 2, 8, 2, 64), (256, 128, 64, 8, 2, 8, 4, 64),
-               (128, 256, 64, 8, 3, 8, 2, 64), (128, 128, 64, 4, 4, 8, 2, 32)),
         *_grid("tail_split", (64, 64, 128, 4, 4, 8), (64, 128, 64, 4, 4, 8),
                (64, 256, 64, 4, 3, 8), (128, 128, 64, 4, 4, 8), (128, 128, 64, 8, 4, 8),
                (128, 256, 64, 8, 3, 8)),
@@ -120,6 +114,15 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
                (64, 256, 64, 4, 3, 8, 1)),
         *_grid("persistent_stream_k_fused", (128, 128, 64, 8, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1),
                (128, 128, 64, 4, 4, 8, 1), (128, 256, 64, 8, 3, 8, 0)),
+    ]),
+    (192, 1024, [
+        # Wide tiles split along K: 256 x 160 and 256 x 192 read 1.5-1.7x fewer bytes from L2
+        # per flop than 128 x 128 (the bound of the mid-size shapes' best launches: about 7-10
+        # TB/s from L2 to the SMs in the sweeps: ``l2``), and splitting fills the SMs with few
+        # of them.
+        *_grid("tma_wide_split", *((256, 128, 64, 8, 3, 8, s, 32) for s in (2, 3, 4)),
+               (256, 128, 64, 8, 2, 8, 2, 64), (256, 128, 64, 8, 2, 8, 4, 64),
+               (128, 256, 64, 8, 3, 8, 2, 64), (128, 128, 64, 4, 4, 8, 2, 32)),
     ]),
     (384, 8192, [
         *_grid("tma_persistent", *((128, 256, 64, 8, 3, g, f) for g in (4, 8) for f in (0, 1))),
