@@ -232,8 +232,17 @@ WIDE_LAUNCHES: tuple[tuple[str, tuple[int, ...]], ...] = (
     ("tma_persistent_wide", (128, 128, 64, 8, 4, 8, 0, 64)),
     ("tma_persistent_wide", (128, 128, 64, 8, 4, 8, 1, 64)),
     ("tma_persistent_wide", (128, 128, 64, 4, 4, 8, 0, 32)),
+    # 256-row tiles, 8 warps (128 rows a warpgroup): plain, persistent, wide, and wide split
+    # along K (the first sweep with tma_wide_split timed it at 0.38-0.68 of cuBLAS).
+    ("tma", (256, 128, 64, 8, 3, 8)),
+    ("tma_persistent", (256, 128, 64, 8, 3, 8, 0)),
+    ("tma_wide", (256, 128, 64, 8, 3, 8, 32)),
+    ("tma_persistent_wide", (256, 128, 64, 8, 2, 8, 0, 32)),
+    ("tma_wide_split", (256, 128, 64, 8, 3, 8, 2, 32)),
+    ("tma_wide_split", (128, 128, 64, 4, 4, 8, 2, 32)),
+    ("tma_wide_split", (128, 128, 64, 4, 4, 8, 1, 32)),
 )
-WIDE_PROBED = ("tma", "tma_persistent", "tma_wide", "tma_persistent_wide")
+WIDE_PROBED = ("tma", "tma_persistent", "tma_wide", "tma_persistent_wide", "tma_wide_split")
 
 
 def compiled_facts(kernel: Any) -> list[dict[str, Any]]:
