@@ -74,7 +74,8 @@ VARIANTS: dict[str, Variant] = {
         _variant("tma_wide", _GROUP, ("extra_n", (16, 32, 64))),
         _variant("tma_persistent_wide", _GROUP, ("flatten", (0, 1)), ("extra_n", (16, 32, 64))),
         # Wide tiles split along K, summed by the split that finishes last: few large tiles
-        # (fewer bytes from L2 per flop) still filling the SMs.
+        # (fewer bytes from L2 per flop) still filling the SMs. Slow on the H100 under Triton
+        # 3.6 (no mutation starts it; docs/results-gpu-kernel.md).
         _variant("tma_wide_split", _GROUP, ("split_k", (2, 3, 4, 6, 8)), ("extra_n", (16, 32, 64))),
         # Decode on the CUDA cores: tokens per program instead of a tile's rows, no tensor cores.
         Variant(
