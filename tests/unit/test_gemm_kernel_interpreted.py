@@ -43,7 +43,7 @@ ARGS = {
     "gemv": (2, 16, 32, 4, 2),
     "tma_wide": (16, 32, 32, 4, 2, 2, 16),  # 48 wide: N = 80 and 40 end in the second dot
     "tma_persistent_wide": (16, 32, 32, 4, 2, 2, 0, 16),
-    "tma_wide_split": (16, 32, 32, 4, 2, 2, 3, 16),  # three K splits where K has 3 steps or more
+    "tma_wide_split": (64, 32, 32, 4, 2, 2, 3, 16),  # 3 K splits; sums in two 32-row chunks
 }
 
 SCRIPT = """
@@ -161,10 +161,19 @@ def test_a_wide_tile_whose_second_dot_reads_the_first_parts_rows_is_wrong(
 
 def test_a_wide_split_whose_last_split_skips_a_partial_is_wrong(tmp_path: Path) -> None:
     dropped = _changed(
-        "tma_wide_split", "if other != split:", "if (other != split) & (other != 0):"
+        "tma_wide_split", "for other in range(0, splits):", "for other in range(1, splits):"
     )
     # Every shape has two K steps at least, so every tile is split and summed.
     assert len(_errors(dropped, tmp_path)) == len(SHAPES)
+
+
+def test_a_wide_split_that_sums_only_the_first_chunk_of_rows_is_wrong(tmp_path: Path) -> None:
+    dropped = _changed(
+        "tma_wide_split", "for chunk in range(0, BLOCK_M // ROWS):", "for chunk in range(0, 1):"
+    )
+    wrong = sorted(tuple(shape[:4]) for shape in _errors(dropped, tmp_path))
+    # 64-row tiles summed in 32-row chunks: only shapes of more than 32 rows need the second.
+    assert wrong == sorted(shape for shape in SHAPES if shape[0] > 32)
 
 
 def test_a_gemv_whose_programs_all_take_the_first_tokens_is_wrong(tmp_path: Path) -> None:
