@@ -115,13 +115,6 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("persistent_stream_k_fused", (128, 128, 64, 8, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1),
                (128, 128, 64, 4, 4, 8, 1), (128, 256, 64, 8, 3, 8, 0)),
     ]),
-    (192, 1024, [
-        # Wide tiles split along K (256 x 160 and 256 x 192: a third fewer bytes from L2 per
-        # flop than 128 x 128), few of them filling the SMs by splitting.
-        *_grid("tma_wide_split", *((256, 128, 64, 8, 3, 8, s, 32) for s in (2, 3, 4)),
-               (256, 128, 64, 8, 2, 8, 2, 64), (128, 256, 64, 8, 3, 8, 2, 64),
-               (128, 128, 64, 4, 4, 8, 2, 32), (128, 128, 64, 4, 4, 8, 3, 32)),
-    ]),
     (384, 8192, [
         *_grid("tma_persistent", *((128, 256, 64, 8, 3, g, f) for g in (4, 8) for f in (0, 1))),
         *_grid("tma_persistent", (128, 128, 64, 4, 4, 8, 1), (128, 128, 64, 8, 4, 8, 1),
