@@ -19,7 +19,7 @@
         best launch per shape with and without them.
     python bench/gpu_kernel_tune.py l2 --sweep sweep.json [--min-m 192]
         (no GPU) Per shape, the fastest launch and the rate its tiles read from L2 into the SMs
-        (what bounds the mid-size shapes where cuBLAS shares loads across a cluster).
+        (no two of our tiles share a load; cuBLAS shares them across a cluster).
 
 Selection sees the 44 train and 96 validation shapes; the 44 test shapes are measured first by
 ``bench/gpu_kernel.py evaluate``.

@@ -79,8 +79,8 @@ STARTS: dict[tuple[str, str], tuple[int, ...]] = {
     ("tma_wide", "mid"): (128, 64, 64, 4, 4, 8, 32),
     ("tma_wide", "prefill"): (128, 128, 64, 4, 4, 8, 32),
     ("tma_persistent_wide", "prefill"): (128, 128, 64, 8, 4, 8, 0, 64),
-    # (tma_wide_split has no start: its first sweep on the H100 timed it at 0.38-0.82 of the
-    # best launch on every shape; docs/results-gpu-kernel.md.)
+    # (tma_wide_split has no start: two H100 sweeps found it the fastest launch on no shape,
+    # at most 0.86 of the best one; docs/results-gpu-kernel.md.)
     ("plain", "decode"): (16, 32, 128, 4, 5, 1),
     ("plain", "mid"): (64, 128, 64, 4, 4, 8),
     # A weight-streaming decode kernel: up to four tokens per program, 16 weight rows, 256-wide
