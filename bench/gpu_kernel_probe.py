@@ -328,22 +328,37 @@ def edited_stream_k(edits: tuple[tuple[str, str], ...]) -> str:
     return source
 
 
-def stream_k_plan(m: int, n: int, k: int, bm: int, bn: int, bk: int, sms: int, ws: int) -> tuple:
-    """(programs, full tiles, steps a program, grid, tail tiles) as launch_persistent_stream_k
-    computes them."""
-    tiles = -(-m // bm) * -(-n // bn)
-    steps = -(-k // bk)
-    programs = max(1, min(sms, ws // (2 * bm * bn)))
-    full = tiles - tiles % programs
-    total = (tiles - full) * steps
-    per_program = max(-(-total // programs), -(-steps // 4), 1)
-    grid = programs if full else -(-total // per_program)
-    return programs, full, per_program, grid, tiles - full
+class _Recorder:
+    """Stands in for a Triton kernel: ``kernel[grid](...)`` records the launch instead."""
+
+    def __init__(self, name: str, kernel: Any, launches: dict[str, Callable[[], Any]]) -> None:
+        self._name, self._kernel, self._launches = name, kernel, launches
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        def record(*args: Any, **kwargs: Any) -> None:
+            self._launches[self._name] = partial(self._kernel[grid], *args, **kwargs)
+
+        return record
+
+
+def kernel_launches(launcher: Callable[..., Any], *args: Any) -> dict[str, Callable[[], Any]]:
+    """Each kernel launch ``launcher(*args)`` makes, by kernel name, as a call that repeats it:
+    the launcher runs once with its module's Triton kernels swapped for recorders (nothing
+    runs on the device), so the grids and arguments are the launcher's own."""
+    from triton.runtime.jit import JITFunction
+
+    namespace = launcher.__globals__
+    kernels = {name: v for name, v in namespace.items() if isinstance(v, JITFunction)}
+    launches: dict[str, Callable[[], Any]] = {}
+    try:
+        namespace.update({name: _Recorder(name, k, launches) for name, k in kernels.items()})
+        launcher(*args)
+    finally:
+        namespace.update(kernels)
+    return launches
 
 
 def probe_streamk(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict[str, Any]]:
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
     rows: list[dict[str, Any]] = []
     kinds = {"pointer stores": modules["persistent_stream_k"],
              "pointer stores, offsets at the store": modules["persistent_stream_k_late"],
@@ -358,47 +373,27 @@ def probe_streamk(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[d
             launch: Callable[[], Any],
             key: str = key,
             states: tuple[str, ...] = ("dirty",),
-            **extra: Any,
         ) -> None:
             for state in states:
                 us = clock.time_us(launch, state)
-                rows.append({"shape": key, "what": what, "l2": state, "us": us, **extra})
+                rows.append({"shape": key, "what": what, "l2": state, "us": us})
                 print(f"streamk {key}: {what} ({state} L2) {us:.1f} us", flush=True)
 
         note("cublas", partial(cublas, x, w), states=("dirty", "warm"))
         for params in ((128, 128, 64, 4, 4, 8, 1), (128, 128, 64, 8, 4, 8, 1)):
-            bm, bn, bk, warps, stages, group, flatten = params
-            tile = f"{bm}x{bn}x{bk} w{warps}"
+            tile = f"{params[0]}x{params[1]}x{params[2]} w{params[3]}"
             launch = modules["tma_persistent"].launch_tma_persistent
             note(
                 f"tma_persistent {tile}", partial(launch, *args, *params), states=("dirty", "warm")
             )
-            programs, full, per_program, grid, tail = stream_k_plan(
-                m, n, k, bm, bn, bk, num_sms, workspace.numel()
-            )
-            descs = [TensorDescriptor.from_tensor(x, [bm, bk]),
-                     TensorDescriptor.from_tensor(w, [bn, bk]),
-                     TensorDescriptor.from_tensor(y, [bm, bn])]  # fmt: skip
             for kind, module in kinds.items():
                 whole = partial(module.launch_persistent_stream_k, *args, *params)
-                note(f"stream-K {kind} {tile} whole", whole, per_program=per_program, grid=grid)
-                ws_args = [workspace]
-                if kind == "TMA stores":
-                    ws_args.append(TensorDescriptor.from_tensor(workspace.view(-1, bn), [bm, bn]))
-                main_kernel = partial(
-                    module.persistent_stream_k_kernel[(grid,)], *descs, *ws_args, m, n, k, full,
-                    per_program, programs, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group,
-                    FLATTEN=flatten == 1, num_warps=warps, num_stages=stages,
-                )  # fmt: skip
-                note(f"stream-K {kind} {tile} first kernel", main_kernel, states=("dirty", "warm"))
-            rows_per = min(bm, 16)
-            fixup = partial(
-                modules["persistent_stream_k"].persistent_stream_k_fixup_kernel[
-                    (tail, bm // rows_per)
-                ], workspace, y, m, n, k, full, per_program, y.stride(0), y.stride(1),
-                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, ROWS=rows_per, num_warps=4,
-            )  # fmt: skip
-            note(f"stream-K {tile} sum kernel", fixup)
+                note(f"stream-K {kind} {tile} whole", whole)
+                parts = kernel_launches(module.launch_persistent_stream_k, *args, *params)
+                note(f"stream-K {kind} {tile} first kernel", parts["persistent_stream_k_kernel"],
+                     states=("dirty", "warm"))  # fmt: skip
+                if kind == "pointer stores":  # the sum kernel is the same in all three
+                    note(f"stream-K {tile} sum kernel", parts["persistent_stream_k_fixup_kernel"])
     for kind, module in kinds.items():
         facts = compiled_facts(module.persistent_stream_k_kernel)
         what = f"stream-K {kind} compiled"

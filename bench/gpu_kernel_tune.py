@@ -45,7 +45,12 @@ from codevolve.problems.gemm_kernel_gpu.kernel_source import (
     apply_hunks,
     initial_program,
 )
-from codevolve.problems.gemm_tiling.shapes import GemmShape, train_shapes, validation_shapes
+from codevolve.problems.gemm_tiling.shapes import (
+    PROJECTIONS,
+    GemmShape,
+    train_shapes,
+    validation_shapes,
+)
 
 Launch = tuple[str, tuple[int, ...]]  # (variant, parameters)
 
@@ -140,6 +145,11 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
                (128, 128, 64, 8, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1)),
     ]),
 ]  # fmt: skip
+
+
+def projection_dims() -> dict[str, tuple[int, int]]:
+    """(N, K) of each projection, by name."""
+    return {p.name: (p.n, p.k) for p in PROJECTIONS}
 
 
 def launches_for(m: int) -> list[Launch]:
@@ -378,9 +388,7 @@ def dispatch_rules(report: dict[str, Any]) -> list[tuple[str, str, tuple[int, ..
     the nearer neighbour's best (0.979 of it against 0.948, three H100 sweeps averaged; 0.975
     against 0.935, two H200 sweeps; past each projection's last M, 1.000 against 0.947 and 0.999
     against 0.925: ``assess``)."""
-    from codevolve.problems.gemm_tiling.shapes import PROJECTIONS
-
-    dims = {p.name: (p.n, p.k) for p in PROJECTIONS}
+    dims = projection_dims()
     rules: list[tuple[str, str, tuple[int, ...]]] = []
     for projection, per_m in sorted(times(report).items()):
         n, k = dims[projection]
@@ -543,9 +551,7 @@ def assess(args: argparse.Namespace) -> None:
     """Leave one selection M out at a time: how close each way of choosing for an unmeasured M
     (the nearer neighbour's best, the best over both neighbours, the wave model) comes to the
     best launch measured there, from its two neighbours' measurements only."""
-    from codevolve.problems.gemm_tiling.shapes import PROJECTIONS
-
-    dims = {p.name: (p.n, p.k) for p in PROJECTIONS}
+    dims = projection_dims()
     report = read_sweeps(args.sweep)
     ridge = ridge_of(report)
     scores: dict[str, list[float]] = defaultdict(list)
@@ -629,7 +635,7 @@ def l2_bytes(launch: Launch, m: int, n: int, k: int) -> int:
     """Bytes a launch's tiles read from L2 into the SMs: every tile reads its rows of x and its
     columns of w over all of K (a split or stream-K tile as much, in pieces), bf16, padded to
     whole tiles: 2 * K * (N' * M' / width + M' * N' / height). A tile's harmonic size sets it:
-    128 x 128 reads 1.5x what 128 x 256 does per flop; no two tiles share a load (Triton 3.6 has
+    128 x 128 reads 1.33x what 128 x 256 does per flop; no two tiles share a load (Triton 3.6 has
     no clusters)."""
     height, width = launch[1][0], tile_width(launch)
     m_padded, n_padded = math.ceil(m / height) * height, math.ceil(n / width) * width
@@ -639,9 +645,7 @@ def l2_bytes(launch: Launch, m: int, n: int, k: int) -> int:
 def l2_rates(report: dict[str, Any], min_m: int) -> list[tuple[str, Launch, float, float]]:
     """Per selection shape of M >= ``min_m``: its fastest launch, that launch's ratio to cuBLAS,
     and the rate its tiles read from L2 (TB/s, :func:`l2_bytes` over its time); worst first."""
-    from codevolve.problems.gemm_tiling.shapes import PROJECTIONS
-
-    dims = {p.name: (p.n, p.k) for p in PROJECTIONS}
+    dims = projection_dims()
     rows = []
     for key, results in report["shapes"].items():
         projection, m_text = key.split(" M=")
