@@ -30,6 +30,12 @@ as the harness does it, or as named):
   partial tiles' workspace offsets computed at the store (not live through the K loop), and
   with the partial tiles stored through a TMA descriptor instead of pointer stores, against
   ``tma_persistent``'s whole tiles and cuBLAS.
+- **pieces**: is stream-K's first kernel slow per K step because its programs start and end
+  inside tiles, or because every SM is busy at once? Its first kernel (unchanged) runs with the
+  K steps a program forced to a whole tile, a half and a quarter (pieces aligned to tiles, as
+  many programs as pieces, at most one per SM) and with the launcher's own share (pieces that
+  start inside tiles, one program per SM), beside ``tma_persistent``'s whole tiles, on
+  70B_tp8.qkv M=768 and M=1536 in 128x128 (4 warps) and 128x256 (8 warps) tiles.
 - **cublas**: which kernels does cuBLAS run for each selection shape (train and validation)?
   Their names (torch.profiler) carry the tile, the cluster shape and any split or stream-K
   scheme; our sweep's fastest launch on the same shape is what they are read beside.
@@ -129,7 +135,7 @@ def operands(dims: tuple[int, int, int]) -> tuple[Any, Any, Any, Any]:
     return x, w, y, workspace
 
 
-SECTIONS = ("split", "l2", "wide", "streamk", "cublas")
+SECTIONS = ("split", "l2", "wide", "streamk", "pieces", "cublas")
 STATES = ("dirty", "clean")
 # Tiles of the split probe (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): the sweep's mid-size
 # 128-row tiles, and the same with 128-wide K steps (256 contiguous bytes of each row a step).
@@ -401,6 +407,44 @@ def probe_streamk(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[d
     return rows
 
 
+def probe_pieces(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    module = modules["persistent_stream_k"]
+    for key in ("70B_tp8.qkv M=768", "70B_tp8.qkv M=1536"):
+        m, n, k = SHAPES[key]
+        x, w, y, workspace = operands((m, n, k))
+        args = (x, w, y, workspace, num_sms)
+        for params in ((128, 128, 64, 4, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1)):
+            tile = f"{params[0]}x{params[1]}x{params[2]} w{params[3]}"
+            tiles = -(-m // params[0]) * -(-n // params[1])
+            steps = -(-k // params[2])
+            whole = partial(modules["tma_persistent"].launch_tma_persistent, *args, *params)
+            shares = [(f"tma_persistent {tile}", whole, steps, min(tiles, num_sms))]
+            first = kernel_launches(module.launch_persistent_stream_k, *args, *params)[
+                "persistent_stream_k_kernel"
+            ]
+            full, own, programs = first.args[7:10]
+            if full:  # only a launch with no whole waves is all stream-K pieces
+                continue
+            kernel = module.persistent_stream_k_kernel
+            for share in sorted({steps, steps // 2, steps // 4, own}, reverse=True):
+                grid = -(-tiles * steps // share)
+                if grid > programs:  # one program an SM, and a workspace slot pair each
+                    continue
+                pieces = (*first.args[:8], share, *first.args[9:])
+                what = f"stream-K first kernel {tile}, {share} steps a program"
+                launch = partial(kernel[(grid,)], *pieces, **first.keywords)
+                shares.append((what, launch, share, grid))
+            for what, launch, share, grid in shares:
+                us = clock.time_us(launch)
+                rows.append({"shape": key, "what": what, "us": us, "programs": grid,
+                             "us_per_step": us / share,
+                             "tflops_per_sm": 2 * m * n * k / us / 1e6 / grid})  # fmt: skip
+                print(f"pieces {key}: {what}: {us:.1f} us, {grid} programs, "
+                      f"{us / share:.3f} us a step", flush=True)  # fmt: skip
+    return rows
+
+
 def probe_cublas() -> list[dict[str, Any]]:
     """The CUDA kernels torch.matmul runs for each selection shape, in launch order."""
     import torch
@@ -445,6 +489,7 @@ def main() -> None:
             "l2": lambda: probe_l2(clock, modules, num_sms),
             "wide": lambda: probe_wide(clock, modules, num_sms),
             "streamk": lambda: probe_streamk(clock, modules, num_sms),
+            "pieces": lambda: probe_pieces(clock, modules, num_sms),
             "cublas": probe_cublas,
         }
         report: dict[str, Any] = {"device": torch.cuda.get_device_name(0)}
@@ -461,6 +506,8 @@ def main() -> None:
                       f"{row.get('error') or row.get('compiled')}")  # fmt: skip
                 continue
             extra = f"{row['tiles']} tiles {row['tflops']:.0f} TFLOP/s" if "tiles" in row else ""
+            if "programs" in row:
+                extra = f"{row['programs']} programs {row['tflops_per_sm']:.2f} TFLOP/s an SM"
             print(f"{section:6} {row['shape']:20} {row['what']:52} {row.get('l2', ''):6} "
                   f"{row['us']:8.1f} {extra}")  # fmt: skip
 

@@ -507,6 +507,16 @@ WAVES_FROM_M = 128
 # 0.974 and 0.979.
 CONTENDER_SLACK = 0.2
 
+# ...unless the model fits it: a launch whose time per wave at the two Ms agrees within this
+# (log ratio) is a contender however slow it was at both, since what the model predicts between
+# them rests on nothing but that time. Whole-tile launches that fill one wave at each M they
+# straddle were kept out before (70B_tp8.qkv's 128 x 160 tiles: 96 tiles at M = 1536 and 192 at
+# 3072, 69.6 and 68.6 us a wave, more than 0.2 slower than the best at both Ms, where at
+# M = 2048 its 128 tiles are one wave and 128 x 128 tiles two). Leaving each selection M out
+# (assess): 0.979 of the best launch on the eight H100 sweeps, 5 Ms below 0.9 (6 without this),
+# and 0.975 on the two H200 sweeps, as without it.
+WAVE_AGREEMENT = 0.05
+
 
 def modelled_choice(
     per_m: dict[int, dict[Launch, float]], m: int, n: int, k: int, ridge: float = RIDGE_H100
@@ -518,7 +528,8 @@ def modelled_choice(
     last wave is decides). None when ``m`` has no measured M below it sharing a launch with the
     one above, or is past the last below :data:`WAVES_FROM_M`. Only contenders are predicted:
     launches within :data:`CONTENDER_SLACK` of the fastest at one of the two Ms at least (past
-    the last M, every launch)."""
+    the last M, every launch), and those whose time per wave agrees at both within
+    :data:`WAVE_AGREEMENT` (from :data:`WAVES_FROM_M` up)."""
     below = [x for x in per_m if x < m]
     above = [x for x in per_m if x > m]
     if not below or (not above and m < WAVES_FROM_M):
@@ -526,23 +537,31 @@ def modelled_choice(
     low = max(below)
     high = min(above) if above else low
     best = {x: min(per_m[x].values()) for x in (low, high)}
+
+    def count(launch: Launch, x: int) -> float:
+        return waves(launch, x, n, k, ridge=ridge) if m >= WAVES_FROM_M else 1.0
+
+    def per_wave(launch: Launch) -> list[float]:
+        return [per_m[x][launch] / count(launch, x) for x in (low, high)]
+
+    def fitted(launch: Launch) -> bool:
+        first, second = per_wave(launch)
+        return m >= WAVES_FROM_M and abs(math.log(first / second)) <= WAVE_AGREEMENT
+
     common = {
         launch
         for launch in set(per_m[low]) & set(per_m[high])
         if high == low
         or any(per_m[x][launch] <= (1 + CONTENDER_SLACK) * best[x] for x in (low, high))
+        or fitted(launch)
     }
     if not common:
         return None
     at = math.log(m / low) / math.log(high / low) if high > low else 0.0
     predicted = {}
-
-    def count(launch: Launch, x: int) -> float:
-        return waves(launch, x, n, k, ridge=ridge) if m >= WAVES_FROM_M else 1.0
-
     for launch in sorted(common):
-        per_wave = [per_m[x][launch] / count(launch, x) for x in (low, high)]
-        log_wave = (1 - at) * math.log(per_wave[0]) + at * math.log(per_wave[1])
+        times_per_wave = per_wave(launch)
+        log_wave = (1 - at) * math.log(times_per_wave[0]) + at * math.log(times_per_wave[1])
         predicted[launch] = math.exp(log_wave) * count(launch, m)
     return min(predicted, key=lambda launch: predicted[launch])
 

@@ -179,6 +179,21 @@ def test_a_launch_slow_at_both_neighbours_is_not_chosen_between_them(tune: Any) 
     assert tune.modelled_choice(per_m, 128, 8192, 1024) == split
 
 
+def test_a_launch_the_model_fits_is_a_contender_however_slow_it_was_around(tune: Any) -> None:
+    # 70B_tp8.qkv: 128 x 160 tiles are one wave at M = 1536 (96 tiles) and two at 3072 (192),
+    # 25 % and 38 % slower there than PLAIN, whose 128 x 128 tiles take one and two waves. At
+    # M = 2048 the wide tiles make one wave (128 tiles) and PLAIN two (160): the wide launch's
+    # time per wave agrees at both Ms (70.0 and 69.0 us), so the model predicts it, at 69.6 us
+    # against PLAIN's 2 x 53.4.
+    wide = ("tma_wide", (128, 128, 64, 4, 4, 8, 32))
+    per_m = {1536: {PLAIN: 56.0, wide: 70.0}, 3072: {PLAIN: 100.0, wide: 138.0}}
+    assert [tune.waves(launch, 2048, 1280, 8192) for launch in (PLAIN, wide)] == [2, 1]
+    assert all(per_m[x][wide] > (1 + tune.CONTENDER_SLACK) * per_m[x][PLAIN] for x in per_m)
+    assert tune.modelled_choice(per_m, 2048, 1280, 8192) == wide
+    per_m[3072][wide] = 2 * 70.0 * 1.06  # its time per wave 6 % apart: not fitted, no contender
+    assert tune.modelled_choice(per_m, 2048, 1280, 8192) == PLAIN
+
+
 def test_gains_name_the_shapes_a_variant_wins_and_by_how_much(tune: Any) -> None:
     def timed(t_us: float) -> dict[str, float]:
         return {"t_us": t_us, "cublas_us": 10.0}
