@@ -105,7 +105,7 @@ def test_the_variant_computes_the_product(variant: str, tmp_path: Path) -> None:
         # tail_split's second kernel leaves the first piece out of its sum.
         ("tail_split", "for piece in range(0, splits):", "for piece in range(1, splits):"),
         # persistent_tail's last piece leaves the first piece's partial out of its sum.
-        ("persistent_tail", "if other != piece:", "if (other != piece) & (other != 0):"),
+        ("persistent_tail", "for other in range(0, splits):", "for other in range(1, splits):"),
         # persistent_stream_k's fix-up leaves out the stretch of the program where a tile starts.
         (
             "persistent_stream_k",
@@ -126,6 +126,20 @@ def test_a_split_tail_that_drops_a_piece_of_the_split_tiles_is_wrong(
     wrong = _errors(_changed(variant, old, new), tmp_path)
     # Only the shapes whose tail tiles are split go wrong: the split path ran on those.
     assert sorted(tuple(shape[:4]) for shape in wrong) == sorted(SPLIT)
+
+
+@pytest.mark.parametrize("variant", ["persistent_tail", "persistent_stream_k_fused"])
+def test_a_last_arrival_that_sums_only_its_first_rows_is_wrong(
+    variant: str, tmp_path: Path
+) -> None:
+    # The last arrival sums a shared tile 16 rows at a time (32-row tiles here): summing the
+    # first chunk alone leaves the rest of the tile unwritten, which only the split shapes with
+    # more than 16 rows in a shared tile show.
+    wrong = _errors(
+        _changed(variant, "for chunk in range(0, BLOCK_M // ROWS):", "for chunk in range(0, 1):"),
+        tmp_path,
+    )
+    assert sorted(tuple(shape[:4]) for shape in wrong) == sorted(s for s in SPLIT if s[0] > 16)
 
 
 def test_a_stream_k_that_drops_the_first_program_of_a_shared_tile_is_wrong(tmp_path: Path) -> None:
