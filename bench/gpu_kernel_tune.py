@@ -119,6 +119,8 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
                (64, 256, 64, 4, 3, 8, 1)),
         *_grid("persistent_stream_k_fused", (128, 128, 64, 8, 4, 8, 1), (128, 256, 64, 8, 3, 8, 1),
                (128, 128, 64, 4, 4, 8, 1), (128, 256, 64, 8, 3, 8, 0)),
+        *_grid("persistent_tail_shared", (128, 256, 64, 8, 3, 8, 1), (128, 128, 64, 4, 4, 8, 1),
+               (128, 128, 64, 8, 4, 8, 1), (64, 128, 64, 4, 4, 8, 1)),
     ]),
     (384, 8192, [
         *_grid("tma_persistent", *((128, 256, 64, 8, 3, g, f) for g in (4, 8) for f in (0, 1))),
@@ -143,6 +145,8 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
                (256, 128, 64, 8, 3, 8, 1)),
         *_grid("persistent_stream_k_fused", (128, 256, 64, 8, 3, 8, 1), (128, 256, 64, 8, 3, 4, 1),
                (128, 128, 64, 8, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1)),
+        *_grid("persistent_tail_shared", (128, 256, 64, 8, 3, 8, 1), (128, 128, 64, 4, 4, 8, 1),
+               (128, 128, 64, 8, 4, 8, 1)),
     ]),
 ]  # fmt: skip
 
@@ -466,11 +470,12 @@ def waves(
         users = math.ceil(tail * steps / per)
         partials = min(tail + users, 2 * users)  # a program's first and last stretch at most
         return tiles // sms + per / steps + reduction_waves(partials, 1, k, sms, ridge)
-    if name in ("tail_split", "persistent_tail"):  # split as their launchers split the last wave
+    shared = name == "persistent_tail_shared"  # every piece in one round, on its own SM
+    if name in ("tail_split", "persistent_tail") or shared:  # as their launchers split the tail
         tail, splits, best = tiles % sms, 1, 1.0
         for count in range(2, min(8, steps) + 1):
             cost = math.ceil(tail * count / sms) / count + 0.02 * (count - 1)
-            if tail and cost < best:
+            if tail and cost < best and (not shared or tail * count <= sms):
                 splits, best = count, cost
         if splits == 1:
             return math.ceil(tiles / sms)

@@ -34,6 +34,7 @@ VARIANT_ARGS = {
     "persistent_tail": (64, 128, 64, 4, 4, 8, 1),
     "persistent_stream_k": (64, 128, 64, 4, 4, 8, 1),
     "persistent_stream_k_fused": (64, 128, 64, 4, 4, 8, 1),
+    "persistent_tail_shared": (64, 128, 64, 4, 4, 8, 1),
     "split_k_fused": (16, 64, 128, 4, 4, 4),
     "plain": (64, 64, 64, 4, 3, 8),
     "gemv": (2, 16, 256, 4, 3),

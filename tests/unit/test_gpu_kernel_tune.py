@@ -64,6 +64,17 @@ def test_splitting_every_tile_pays_for_summing_them(tune: Any) -> None:
     assert tune.waves(("persistent_stream_k", (128, 128, 64, 4, 4, 8, 1)), 1408, 6144, 4096) == 4
 
 
+def test_shared_tail_pieces_take_one_round_on_their_own_sms(tune: Any) -> None:
+    # 50 tiles of 128 x 256 on 70B_tp8.qkv at M = 1280: persistent_tail splits them 5 ways (250
+    # pieces in two rounds, 0.4 of a tile time); persistent_tail_shared's pieces wait for each
+    # other, so all must run at once: at most 2 ways (100 pieces), half a tile time.
+    params = (128, 256, 64, 8, 3, 8, 1)
+    late = tune.waves(("persistent_tail", params), 1280, 1280, 8192)
+    shared = tune.waves(("persistent_tail_shared", params), 1280, 1280, 8192)
+    assert late == 2 / 5 + tune.reduction_waves(50, 5, 8192)
+    assert shared == 1 / 2 + tune.reduction_waves(50, 2, 8192)
+
+
 def test_the_wave_model_avoids_a_partial_wave_the_neighbours_did_not_show(tune: Any) -> None:
     # PLAIN is faster at M = 768 and 1536, where its 60 and 120 tiles fill one wave; at M = 1024
     # its 80 tiles are one wave too, so it stays the choice there.
