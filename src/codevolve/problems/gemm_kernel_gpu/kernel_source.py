@@ -69,8 +69,8 @@ VARIANTS: dict[str, Variant] = {
         _variant("persistent_stream_k", _GROUP, ("flatten", (0, 1))),
         _variant("persistent_stream_k_fused", _GROUP, ("flatten", (0, 1))),
         # persistent_tail whose pieces wait for each other and share each tile's sum (every
-        # program on the GPU at once; the interpreter, which runs programs one by one, cannot
-        # run it: it is checked on the GPU).
+        # program on the GPU at once; on the CPU, where the interpreter runs programs one by
+        # one, it splits no tile: its split path is checked on the GPU).
         _variant("persistent_tail_shared", _GROUP, ("flatten", (0, 1))),
         _variant("split_k_fused", ("split_k", (2, 3, 4, 6, 8, 16))),
         _variant("plain", _GROUP),
