@@ -32,19 +32,10 @@ from codevolve.problems.gemm_kernel_gpu.kernel_source import ENTRY_POINT, evolve
 ENTRY_PARAMS = ("x", "w", "y", "workspace", "num_sms")
 ALLOWED_IMPORTS = frozenset({"math", "triton", "triton.language", "triton.tools.tensor_descriptor"})
 TRITON_ATTRIBUTES = frozenset({"jit", "cdiv", "next_power_of_2", "language", "tools"})
-TENSOR_ATTRIBUTES = frozenset(
-    {
-        "shape",
-        "stride",
-        "size",
-        "dtype",
-        "numel",
-        "is_contiguous",
-        "element_size",
-        "from_tensor",
-        "is_cuda",
-    }
-)
+TENSOR_ATTRIBUTES = frozenset({
+    "shape", "stride", "size", "dtype", "numel", "is_contiguous", "element_size", "from_tensor",
+    "is_cuda",
+})  # fmt: skip
 MODULE_NAMES = frozenset({"triton", "tl", "math", "TensorDescriptor"})  # roots of module attrs
 DENIED_ATTRIBUTES = frozenset(
     {
