@@ -9,8 +9,9 @@
 # variants: every kernel variant per regime (bench/gpu_kernel.py variants).
 # tune: every candidate launch on every train and validation shape (bench/gpu_kernel_tune.py
 #   sweep, TUNE_S seconds at most, default 330), then the program composed from it: $OUT/tuned.txt;
-#   with TUNE_WITH (earlier sweep reports), also the one composed from all of them averaged:
-#   $OUT/tuned_merged.txt. TUNE_ONLY="70B_tp8.qkv;8B.qkv" sweeps only the shapes whose keys hold
+#   with TUNE_WITH (earlier sweep reports), the one composed from all of them averaged instead:
+#   $OUT/tuned_merged.txt (sweep.json holds what tuned.txt would: compose it from there; a device
+#   run returns 8 files at most). TUNE_ONLY="70B_tp8.qkv;8B.qkv" sweeps only the shapes whose keys hold
 #   one of those parts (then only tuned_merged.txt is composed, and only with TUNE_WITH);
 #   TUNE_MAX_M=16 only the shapes with M <= 16 (the same).
 #   TUNE_FRESH="persistent_stream_k": variants changed since the TUNE_WITH sweeps, whose times
@@ -59,7 +60,7 @@ for step in "$@"; do
         --samples "${TUNE_SAMPLES:-5}" --jobs "${TUNE_JOBS:-14}" --only "${TUNE_ONLY:-}" \
         --max-m "${TUNE_MAX_M:-0}" 2>&1 \
         | tee "$OUT/sweep.log" | tail -40
-      if [ -z "${TUNE_ONLY:-}${TUNE_MAX_M:-}" ]; then  # a program needs every shape swept
+      if [ -z "${TUNE_ONLY:-}${TUNE_MAX_M:-}${TUNE_WITH:-}" ]; then  # every shape swept, alone
         python3 bench/gpu_kernel_tune.py compose --sweep "$OUT/sweep.json" --program "$OUT/tuned.txt"
       fi
       if [ -n "${TUNE_WITH:-}" ]; then  # earlier sweep reports to average this one with
