@@ -133,11 +133,20 @@ def check_sqlite_file(path: Path, *, write: bool) -> None:
             f"--db {path} is not an SQLite database (another kind of file); pass the right --db"
         )
     expected = _size_in_header(header)
-    if expected is not None and size < expected:
+    if expected is not None and size < expected and not _wal_holds_pages(path):
         raise DatabaseUnusable(
             f"--db {path} is damaged: {size} bytes where its header says {expected}; "
             "restore it from a copy"
         )
+
+
+def _wal_holds_pages(path: Path) -> bool:
+    """Whether the database's write-ahead log holds pages. A checkpoint copies them from the
+    log into the file in page order, page 1 (the header) first, and a process killed in the
+    middle leaves the file shorter than its header says; the log still holds every page, and
+    SQLite reads them from it on the next open."""
+    wal = path.with_name(path.name + "-wal")
+    return wal.is_file() and wal.stat().st_size > 0
 
 
 def _probe_creation(path: Path) -> None:
