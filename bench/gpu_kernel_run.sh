@@ -14,6 +14,9 @@
 #   run returns 8 files at most). TUNE_ONLY="70B_tp8.qkv;8B.qkv" sweeps only the shapes whose keys hold
 #   one of those parts (then only tuned_merged.txt is composed, and only with TUNE_WITH);
 #   TUNE_MAX_M=16 only the shapes with M <= 16 (the same).
+#   TUNE_HELDOUT=1 sweeps the 44 test shapes instead, into $OUT/sweep_heldout.json, and composes
+#   nothing: `gpu_kernel_tune.py selection` reads it (how much of the test split's gap is the
+#   choice of launch); compose refuses it.
 #   TUNE_FRESH="persistent_stream_k": variants changed since the TUNE_WITH sweeps, whose times
 #   count from this sweep alone.
 # evolve: `codevolve run gemm-kernel-gpu` for EVOLVE_WALL_S seconds (default 240), seed SEED; with
@@ -56,6 +59,12 @@ for step in "$@"; do
         --program "$OUT/composed.py" 2>&1 | tee "$OUT/variants.log"
       ;;
     tune)
+      if [ -n "${TUNE_HELDOUT:-}" ]; then
+        timeout "${TUNE_S:-330}" python3 bench/gpu_kernel_tune.py sweep --heldout \
+          --out "$OUT/sweep_heldout.json" --samples "${TUNE_SAMPLES:-5}" --jobs "${TUNE_JOBS:-14}" \
+          2>&1 | tee "$OUT/sweep_heldout.log" | tail -50
+        continue
+      fi
       timeout "${TUNE_S:-330}" python3 bench/gpu_kernel_tune.py sweep --out "$OUT/sweep.json" \
         --samples "${TUNE_SAMPLES:-5}" --jobs "${TUNE_JOBS:-14}" --only "${TUNE_ONLY:-}" \
         --max-m "${TUNE_MAX_M:-0}" 2>&1 \

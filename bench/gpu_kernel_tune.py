@@ -7,6 +7,9 @@
         Triton's disk cache), then per shape every launch checked on fresh inputs (three
         distributions) and timed against cuBLAS in the harness's alternating rounds. --only and
         --max-m keep some shapes (a partial sweep, merged with full ones by compose).
+    python bench/gpu_kernel_tune.py sweep --heldout --out heldout.json
+        The same launches on the 44 test shapes, for one purpose only: ``selection`` below. Its
+        report says so, and every command that chooses refuses it.
     python bench/gpu_kernel_tune.py compose --sweep sweep.json --program tuned.txt [--fresh V]
         (no GPU) Per projection, dispatch rules by M: at a selection M the launch fastest there,
         at any other M the wave model's choice from the selection Ms on either side
@@ -21,8 +24,13 @@
         (no GPU) Per shape, the fastest launch and the rate its tiles read from L2 into the SMs
         (no two of our tiles share a load; cuBLAS shares them across a cluster).
 
+    python bench/gpu_kernel_tune.py selection --sweep sweep.json --heldout heldout.json
+        (no GPU) Per test shape, the launch the composed program chooses (from the selection
+        sweeps alone) against the best launch the held-out sweep measured there: how much of the
+        test split's gap to cuBLAS is the choice, and how much the kernels.
+
 Selection sees the 44 train and 96 validation shapes; the 44 test shapes are measured first by
-``bench/gpu_kernel.py evaluate``.
+``bench/gpu_kernel.py evaluate``, and by a held-out sweep that nothing chooses from.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from codevolve.problems.gemm_kernel_gpu.kernel_source import (
 from codevolve.problems.gemm_tiling.shapes import (
     PROJECTIONS,
     GemmShape,
+    heldout_shapes,
     train_shapes,
     validation_shapes,
 )
@@ -174,8 +183,11 @@ def shape_launches(
     return list(dict.fromkeys([*launches_for(dims[0]), own]))
 
 
-def selection_shapes() -> list[GemmShape]:
-    return sorted(train_shapes() + validation_shapes(), key=lambda s: (s.projection, s.m))
+def selection_shapes(heldout: bool = False) -> list[GemmShape]:
+    """The train and validation shapes (or, with ``heldout``, the test shapes), by projection
+    and M."""
+    shapes = heldout_shapes() if heldout else train_shapes() + validation_shapes()
+    return sorted(shapes, key=lambda s: (s.projection, s.m))
 
 
 def sweep_program() -> str:
@@ -258,7 +270,7 @@ def sweep(args: argparse.Namespace) -> None:
     )
     from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader
 
-    shapes = selection_shapes()
+    shapes = selection_shapes(heldout=args.heldout)
     if args.only:
         shapes = [s for s in shapes if any(part in shape_key(s) for part in args.only.split(";"))]
     if args.max_m:
@@ -272,6 +284,8 @@ def sweep(args: argparse.Namespace) -> None:
     gen = torch.Generator(device="cuda")
     gen.manual_seed(args.seed)
     report: dict[str, Any] = {"device": device_info(), "samples": args.samples, "shapes": {}}
+    if args.heldout:
+        report[HELDOUT] = True
     started = time.perf_counter()
     for count, shape in enumerate(shapes, 1):
         dims = (shape.m, shape.n, shape.k)
@@ -322,6 +336,10 @@ def shape_ratios(results: dict[str, Any]) -> tuple[float, dict[str, float]]:
     return cublas, {label: cublas / v["t_us"] for label, v in timed.items()}
 
 
+# The key a held-out sweep's report carries: read by ``selection`` alone, refused by read_sweeps.
+HELDOUT = "heldout"
+
+
 def read_sweeps(paths: list[str], fresh: tuple[str, ...] = ()) -> dict[str, Any]:
     """One sweep report from one or more: per shape and launch, the geomean of its ratios to the
     shape's cuBLAS over the sweeps that timed it, as a time against the last such sweep's cuBLAS
@@ -329,6 +347,12 @@ def read_sweeps(paths: list[str], fresh: tuple[str, ...] = ()) -> dict[str, Any]
     shapes only some sweeps have: a sweep of a few shapes, ``--only``, adds to the others). The
     variants named in ``fresh`` (changed since the earlier sweeps) count from the last one only."""
     reports = [json.loads(Path(path).read_text()) for path in paths]
+    for path, report in zip(paths, reports, strict=True):
+        if report.get(HELDOUT):
+            raise SystemExit(
+                f"{path} is a sweep of the held-out test shapes: only `selection --heldout` "
+                "reads it; nothing chooses from it"
+            )
     for report in reports[:-1]:
         report["shapes"] = {
             key: {label: v for label, v in results.items() if label.split()[0] not in fresh}
@@ -396,15 +420,9 @@ def dispatch_rules(report: dict[str, Any]) -> list[tuple[str, str, tuple[int, ..
     rules: list[tuple[str, str, tuple[int, ...]]] = []
     for projection, per_m in sorted(times(report).items()):
         n, k = dims[projection]
-        ms = sorted(per_m)
-        fastest = {m: min(per_m[m], key=lambda c, m=m: per_m[m][c]) for m in ms}
         runs: list[tuple[int, Launch]] = []
         for m in range(1, MAX_M + 1):
-            if m in per_m:
-                launch = fastest[m]
-            else:
-                nearest = min(ms, key=lambda x: abs(math.log(x / m)))
-                launch = modelled_choice(per_m, m, n, k, ridge_of(report)) or fastest[nearest]
+            launch = chosen_launch(per_m, m, n, k, ridge_of(report))
             if runs:
                 _extend(runs, m, launch)
             else:
@@ -414,6 +432,22 @@ def dispatch_rules(report: dict[str, Any]) -> list[tuple[str, str, tuple[int, ..
             bound = "" if last else f"M <= {high} and "
             rules.append((f"{bound}N == {n} and K == {k}", launch[0], launch[1]))
     return rules
+
+
+def chosen_launch(
+    per_m: dict[int, dict[Launch, float]], m: int, n: int, k: int, ridge: float
+) -> Launch:
+    """What a composed program runs at ``m`` (:func:`dispatch_rules`): the launch measured
+    fastest there if ``m`` was measured, else the wave model's choice, else the nearer measured
+    M's fastest."""
+
+    def fastest(x: int) -> Launch:
+        return min(per_m[x], key=lambda c: per_m[x][c])
+
+    if m in per_m:
+        return fastest(m)
+    nearest = min(sorted(per_m), key=lambda x: abs(math.log(x / m)))
+    return modelled_choice(per_m, m, n, k, ridge) or fastest(nearest)
 
 
 SMS = 132  # the H100's and the H200's SM count: what the wave model fills
@@ -696,6 +730,45 @@ def l2(args: argparse.Namespace) -> None:
               f"{max(slow):.1f})")  # fmt: skip
 
 
+def selection_losses(
+    report: dict[str, Any], heldout: dict[str, Any]
+) -> list[tuple[str, str, float | None, str, float]]:
+    """Per test shape of a held-out sweep: the launch chosen there from the selection sweeps
+    (:func:`chosen_launch`) and its ratio to cuBLAS in the held-out sweep (None where that sweep
+    did not time it), then the held-out sweep's best launch and its ratio."""
+    dims = projection_dims()
+    chooser = times(report)
+    rows = []
+    for key, results in heldout["shapes"].items():
+        _, timed = shape_ratios(results)
+        if not timed:
+            continue
+        projection, m = key.split(" M=")
+        n, k = dims[projection]
+        chosen = _label(chosen_launch(chooser[projection], int(m), n, k, ridge_of(report)))
+        best = max(sorted(timed), key=lambda label: timed[label])
+        rows.append((key, chosen, timed.get(chosen), best, timed[best]))
+    return rows
+
+
+def selection(args: argparse.Namespace) -> None:
+    report = read_sweeps(args.sweep, tuple(args.fresh))
+    heldout = json.loads(Path(args.heldout).read_text())
+    if not heldout.get(HELDOUT):
+        raise SystemExit(f"{args.heldout} is not a held-out sweep (sweep --heldout writes one)")
+    rows = selection_losses(report, heldout)
+    for key, chosen, ratio, best, best_ratio in rows:
+        got = "not swept" if ratio is None else f"{ratio:.3f} ({ratio / best_ratio:.3f} of best)"
+        print(f"{key:24s} chosen {chosen:44s} {got}; best {best} {best_ratio:.3f}")
+    both = [(ratio, best) for _, _, ratio, _, best in rows if ratio is not None]
+    if both:
+        chosen_mean = statistics.geometric_mean([r for r, _ in both])
+        best_mean = statistics.geometric_mean([b for _, b in both])
+        print(f"{len(both)} of {len(rows)} test shapes: chosen launches {chosen_mean:.3f} of "
+              f"cuBLAS, the best launch per shape {best_mean:.3f}; the choice keeps "
+              f"{chosen_mean / best_mean:.3f} of the best")  # fmt: skip
+
+
 def compose(args: argparse.Namespace) -> None:
     report = read_sweeps(args.sweep, tuple(args.fresh))
     for projection, per_m in sorted(ratios(report).items()):
@@ -724,6 +797,9 @@ def main() -> None:
     one.add_argument("--jobs", type=int, default=14)
     one.add_argument("--only", default="", help="';'-separated parts of shape keys to keep")
     one.add_argument("--max-m", type=int, default=0, help="only shapes with M <= this (0: all)")
+    one.add_argument(
+        "--heldout", action="store_true", help="the test shapes instead, for `selection` alone"
+    )
     two = sub.add_parser("compose")
     two.add_argument("--sweep", required=True, nargs="+", help="one sweep report or more")
     two.add_argument("--program", default="tuned.txt")
@@ -744,8 +820,19 @@ def main() -> None:
     five.add_argument("--sweep", required=True, nargs="+", help="one sweep report or more")
     five.add_argument("--min-m", type=int, default=192, help="only shapes with M >= this")
     five.add_argument("--fresh", nargs="*", default=[], metavar="VARIANT")
+    six = sub.add_parser("selection")
+    six.add_argument("--sweep", required=True, nargs="+", help="the selection sweeps")
+    six.add_argument("--heldout", required=True, help="a sweep --heldout report")
+    six.add_argument("--fresh", nargs="*", default=[], metavar="VARIANT")
     args = parser.parse_args()
-    commands = {"sweep": sweep, "compose": compose, "assess": assess, "gains": gains, "l2": l2}
+    commands = {
+        "sweep": sweep,
+        "compose": compose,
+        "assess": assess,
+        "gains": gains,
+        "l2": l2,
+        "selection": selection,
+    }
     commands[args.command](args)
 
 

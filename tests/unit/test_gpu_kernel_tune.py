@@ -252,3 +252,48 @@ def test_l2_rates_put_the_slowest_shape_first(tune: Any) -> None:
     assert [row[0] for row in rows] == ["70B_tp8.qkv M=1024", "70B_tp8.qkv M=2048"]
     assert rows[0][2] == 0.8
     assert rows[0][3] == tune.l2_bytes(PLAIN, 1024, 1280, 8192) / 50.0 / 1e6
+
+
+def test_a_heldout_sweep_is_refused_by_everything_that_chooses(tune: Any, tmp_path: Path) -> None:
+    import json
+
+    shapes = {"8B.o M=512": {"plain 64,64,64,4,4,8": {"t_us": 20.0, "cublas_us": 10.0}}}
+    heldout = tmp_path / "heldout.json"
+    heldout.write_text(json.dumps({"samples": 5, "heldout": True, "shapes": shapes}))
+    selection = tmp_path / "selection.json"
+    selection.write_text(json.dumps({"samples": 5, "shapes": shapes}))
+    with pytest.raises(SystemExit, match="held-out test shapes"):
+        tune.read_sweeps([str(selection), str(heldout)])
+    assert tune.read_sweeps([str(selection)])["shapes"] == shapes
+    assert {s.m for s in tune.selection_shapes(heldout=True)} & {512, 1024}
+    test_keys = {tune.shape_key(s) for s in tune.selection_shapes(heldout=True)}
+    assert len(test_keys) == 44 and not test_keys & {
+        tune.shape_key(s) for s in tune.selection_shapes()
+    }
+
+
+def test_selection_losses_compare_the_choice_with_the_heldout_best(tune: Any) -> None:
+    def shape(times: dict[Any, float]) -> dict[str, Any]:
+        return {tune._label(launch): {"t_us": t, "cublas_us": 10.0} for launch, t in times.items()}
+
+    # Measured at 768 and 3072 only: up to M = 1664 the program runs PLAIN (one wave), then WIDE.
+    report = {
+        "shapes": {
+            "70B_tp8.qkv M=768": shape({PLAIN: 10.0, WIDE: 12.0}),
+            "70B_tp8.qkv M=3072": shape({WIDE: 10.0, PLAIN: 12.0}),
+        }
+    }
+    heldout = {
+        "heldout": True,
+        "shapes": {
+            "70B_tp8.qkv M=1024": shape({PLAIN: 20.0, WIDE: 16.0}),
+            "70B_tp8.qkv M=1536": shape({WIDE: 10.0}),  # the choice there (PLAIN) not timed
+            "70B_tp8.qkv M=2048": shape({WIDE: 10.0, PLAIN: 8.0}),
+        },
+    }
+    rows = tune.selection_losses(report, heldout)
+    assert rows == [
+        ("70B_tp8.qkv M=1024", tune._label(PLAIN), 0.5, tune._label(WIDE), 0.625),
+        ("70B_tp8.qkv M=1536", tune._label(PLAIN), None, tune._label(WIDE), 1.0),
+        ("70B_tp8.qkv M=2048", tune._label(WIDE), 1.0, tune._label(PLAIN), 1.25),
+    ]
