@@ -130,6 +130,15 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
                (128, 128, 64, 4, 4, 8, 1), (128, 256, 64, 8, 3, 8, 0)),
         *_grid("persistent_tail_shared", (128, 256, 64, 8, 3, 8, 1), (128, 128, 64, 4, 4, 8, 1),
                (128, 128, 64, 8, 4, 8, 1), (64, 128, 64, 4, 4, 8, 1)),
+        # Pipelines that fill the shared memory (about 192 KiB of stages), as cuBLAS's kernels
+        # do on every mid-size and prefill selection shape (128x64 tiles 8 stages deep, 128x128
+        # 6, 64x64 13, 256x128 4: $P/probe_cublas_h100.json), where the launches above stop at
+        # 96-144 KiB. More loads in flight per SM where each waits longer for L2.
+        *_grid("tma", (128, 128, 64, 4, 6, 8), (128, 64, 64, 4, 8, 8), (64, 128, 64, 4, 8, 8),
+               (64, 64, 64, 4, 12, 8)),
+        *_grid("tma_persistent", (128, 128, 64, 4, 6, 8, 1), (64, 128, 64, 4, 8, 8, 1)),
+        *_grid("tail_split", (128, 128, 64, 4, 6, 8), (64, 128, 64, 4, 8, 8),
+               (128, 256, 64, 8, 4, 8)),
     ]),
     (384, 8192, [
         *_grid("tma_persistent", *((128, 256, 64, 8, 3, g, f) for g in (4, 8) for f in (0, 1))),
@@ -156,6 +165,11 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
                (128, 128, 64, 8, 4, 8, 1), (128, 128, 64, 4, 4, 8, 1)),
         *_grid("persistent_tail_shared", (128, 256, 64, 8, 3, 8, 1), (128, 128, 64, 4, 4, 8, 1),
                (128, 128, 64, 8, 4, 8, 1)),
+        # The deeper pipelines (above) for the prefill tiles.
+        *_grid("tma_persistent", (128, 256, 64, 8, 4, 8, 1), (128, 128, 64, 4, 6, 8, 1),
+               (256, 128, 64, 8, 4, 8, 1)),
+        *_grid("tail_split", (128, 256, 64, 8, 4, 8), (128, 128, 64, 4, 6, 8)),
+        *_grid("persistent_stream_k", (128, 256, 64, 8, 4, 8, 1)),
     ]),
 ]  # fmt: skip
 
