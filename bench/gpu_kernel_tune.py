@@ -152,6 +152,9 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("persistent_tail_shared", (128, 128, 64, 4, 6, 8, 1)),
         *_grid("persistent_stream_k", (128, 128, 64, 4, 6, 8, 1), (64, 128, 64, 4, 8, 8, 1)),
         *_grid("tma_wide", (128, 128, 64, 4, 5, 8, 16), (64, 64, 64, 4, 10, 8, 32)),
+        # The 160-wide tiles above (one wave on 70B_tp8.qkv at M = 1024 and 2048), deep.
+        *_grid("tma_wide", (128, 128, 64, 4, 5, 8, 32), (64, 128, 64, 4, 7, 8, 32)),
+        *_grid("tma_persistent_wide", (128, 128, 64, 4, 5, 8, 0, 32)),
         *_grid("split_k", (64, 64, 128, 4, 6, 2), (64, 64, 128, 4, 6, 4)),
         *_grid("plain", (64, 64, 128, 4, 6, 8)),
     ]),
@@ -188,6 +191,8 @@ LAUNCHES: list[tuple[int, int, list[Launch]]] = [
         *_grid("tma", (128, 256, 64, 8, 4, 8)),
         *_grid("persistent_tail_shared", (128, 128, 64, 4, 6, 8, 1)),
         *_grid("persistent_stream_k", (128, 128, 64, 4, 6, 8, 1)),
+        *_grid("tma_wide", (128, 128, 64, 4, 5, 8, 32), (64, 128, 64, 4, 7, 8, 32)),
+        *_grid("tma_persistent_wide", (128, 128, 64, 4, 5, 8, 0, 32)),
     ]),
 ]  # fmt: skip
 
