@@ -516,6 +516,32 @@ def tile_width(launch: Launch) -> int:
     return p[1] + p[-1] if name in WIDE_VARIANTS else p[1]
 
 
+# What one block may ask of shared memory on the H100 and the H200 (bytes, opt-in).
+SHARED_LIMIT = 232_448
+# Persistent TMA kernels keep a tile's bf16 output in shared memory beside their pipeline (their
+# next tile's loads are in flight while it is stored); one-tile kernels reuse the pipeline's.
+STAGED_EPILOGUE = (
+    "tma_persistent",
+    "tma_persistent_wide",
+    "persistent_tail",
+    "persistent_tail_shared",
+    "persistent_stream_k",
+    "persistent_stream_k_fused",
+)
+
+
+def shared_bytes(launch: Launch) -> int:
+    """Shared memory a tensor-core launch asks for: its stages of bf16 x and w blocks, plus the
+    output tile for the persistent TMA kernels (under Triton 3.6 on the H100: 128x256 tiles
+    4 deep in tma_persistent asked 262,176 bytes, this gives 262,144). Zero for gemv."""
+    name, p = launch
+    if name == "gemv":
+        return 0
+    width = tile_width(launch)
+    pipeline = p[4] * (p[0] + width) * p[2] * 2
+    return pipeline + (p[0] * width * 2 if name in STAGED_EPILOGUE else 0)
+
+
 def waves(
     launch: Launch, m: int, n: int, k: int, sms: int = SMS, ridge: float = RIDGE_H100
 ) -> float:

@@ -46,7 +46,9 @@ _TILE = (
     ("block_n", (16, 32, 64, 128, 256)),
     ("block_k", (32, 64, 128)),
     ("warps", (2, 4, 8)),
-    ("stages", (2, 3, 4, 5)),
+    # Up to the depths that fill an H100's shared memory with small tiles (64x64 tiles 14 deep),
+    # as cuBLAS's kernels do; a depth a tile cannot fit fails to compile on the GPU.
+    ("stages", (2, 3, 4, 5, 6, 7, 8, 10, 12, 14)),
 )
 _GROUP = ("group_m", (1, 4, 8))
 
