@@ -23,7 +23,6 @@
     python bench/gpu_kernel_tune.py l2 --sweep sweep.json [--min-m 192]
         (no GPU) Per shape, the fastest launch and the rate its tiles read from L2 into the SMs
         (no two of our tiles share a load; cuBLAS shares them across a cluster).
-
     python bench/gpu_kernel_tune.py selection --sweep sweep.json --heldout heldout.json
         (no GPU) Per test shape, the launch the composed program chooses (from the selection
         sweeps alone) against the best launch the held-out sweep measured there: how much of the
@@ -801,6 +800,7 @@ def selection_losses(
     did not time it), then the held-out sweep's best launch and its ratio."""
     dims = projection_dims()
     chooser = times(report)
+    ridge = ridge_of(report)
     rows = []
     for key, results in heldout["shapes"].items():
         _, timed = shape_ratios(results)
@@ -808,7 +808,7 @@ def selection_losses(
             continue
         projection, m = key.split(" M=")
         n, k = dims[projection]
-        chosen = _label(chosen_launch(chooser[projection], int(m), n, k, ridge_of(report)))
+        chosen = _label(chosen_launch(chooser[projection], int(m), n, k, ridge))
         best = max(sorted(timed), key=lambda label: timed[label])
         rows.append((key, chosen, timed.get(chosen), best, timed[best]))
     return rows
