@@ -16,12 +16,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from codevolve.evaluator_workers.gpu import kb_loader  # noqa: E402
 from codevolve.evaluator_workers.gpu.device_process import DeviceProcess  # noqa: E402
 from codevolve.evaluator_workers.gpu.kb_jobs import KbJobError, settings_from  # noqa: E402
 from codevolve.evaluator_workers.gpu.kb_judge import JudgeSettings, judge  # noqa: E402
 from codevolve.evaluator_workers.gpu.kb_loader import KbLoader  # noqa: E402
-from codevolve.evaluator_workers.gpu.kb_watch import TamperedProcess  # noqa: E402
+from tests.kb_judging import Judges  # noqa: E402
 from tests.kernelbench_programs import TRITON_RELU  # noqa: E402
 
 KB_JOBS = "codevolve.evaluator_workers.gpu.kb_jobs"
@@ -98,30 +97,30 @@ QUICK = JudgeSettings(trials=5, warmup=1, time=False)
 
 
 @pytest.fixture(scope="module")
-def loader(tmp_path_factory: pytest.TempPathFactory) -> KbLoader:
-    return KbLoader(tmp_path_factory.mktemp("kb"), environ={})
+def loader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judges]:
+    judges = Judges(tmp_path_factory.mktemp("kb"))
+    yield judges
+    judges.close()
 
 
-def _judged(loader: KbLoader, reference: str, candidate: str, **settings: Any) -> dict[str, Any]:
-    fields = {"trials": 5, "warmup": 1, "time": False, **settings}
-    for key in ("seeds", "distributions", "forbid", "baselines"):
-        if key in fields:
-            fields[key] = tuple(fields[key])
-    return judge(reference, candidate, JudgeSettings(**fields), device="cpu", loader=loader)
+def _judged(loader: Judges, reference: str, candidate: str, **settings: Any) -> dict[str, Any]:
+    return loader.judge(reference, candidate, **settings)
 
 
 @pytest.fixture
-def rules_off(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The source rules switched off: what the judge itself catches behind them."""
-    monkeypatch.setattr(kb_loader, "check_model_new", lambda source: "")
+def rules_off(loader: Judges) -> Iterator[None]:
+    """The source rules switched off (in the judge and in its runners): what the process
+    boundary holds behind them."""
+    loader.rules = False
     yield
+    loader.rules = True
 
 
 # -- right candidates ------------------------------------------------------------------------
 
 
 def test_the_reference_copied_into_model_new_passes_and_is_timed(
-    loader: KbLoader,
+    loader: Judges,
 ) -> None:
     reference = _reference(CUMSUM_MODEL, "[torch.rand(64, 4000)]", "[1]")
     reply = _judged(loader, reference, CUMSUM_COPY, trials=21, warmup=3, time=True)
@@ -135,28 +134,28 @@ def test_the_reference_copied_into_model_new_passes_and_is_timed(
     # test's: a busy machine moved one median 30x once.
 
 
-def test_a_faster_correct_rewrite_passes_and_measures_faster(loader: KbLoader) -> None:
+def test_a_faster_correct_rewrite_passes_and_measures_faster(loader: Judges) -> None:
     rewrite = _candidate("def forward(self, a, b):\n    return a.unsqueeze(1) * b\n")
     reply = _judged(loader, DIAG, rewrite, trials=7, time=True)
     assert reply["correct"], reply
     assert reply["timing"]["candidate_ms"] * 3 < reply["timing"]["eager_ms"], reply["timing"]
 
 
-def test_a_distribution_where_the_reference_is_not_finite_is_skipped(loader: KbLoader) -> None:
+def test_a_distribution_where_the_reference_is_not_finite_is_skipped(loader: Judges) -> None:
     reply = _judged(loader, LOG, _candidate("def forward(self, x):\n    return torch.log(x)\n"))
     assert reply["verdicts"]["kernelbench"] == ""
     assert reply["verdicts"]["signed"].startswith("skipped: the reference's own output")
     assert reply["correct"]
 
 
-def test_a_forbidden_operator_is_matched_exactly(loader: KbLoader) -> None:
+def test_a_forbidden_operator_is_matched_exactly(loader: Judges) -> None:
     broadcast = "def forward(self, a, b):\n    return (a.unsqueeze(2) * b.unsqueeze(0)).sum(1)\n"
     reply = _judged(loader, MATMUL, _candidate(broadcast), forbid=["aten.mm", "aten.bmm"])
     assert reply["correct"] and "aten.mm" not in reply["ops"], reply
 
 
 def test_every_seed_builds_both_models_and_reports_the_first_failing_one(
-    loader: KbLoader,
+    loader: Judges,
 ) -> None:
     reply = _judged(loader, WEIGHTED, _candidate(WEIGHTED_COPY), seeds=[3, 4])
     assert reply["correct"], reply
@@ -164,7 +163,7 @@ def test_every_seed_builds_both_models_and_reports_the_first_failing_one(
     assert _judged(loader, WEIGHTED, _candidate(zero_second), seeds=[3, 4])["correct"]
 
 
-def test_tensors_in_nested_input_lists_are_refilled_and_watched(loader: KbLoader) -> None:
+def test_tensors_in_nested_input_lists_are_refilled_and_watched(loader: Judges) -> None:
     pair = _reference(
         "def forward(self, xs, k):\n    return xs[0] * k + xs[1]\n",
         "[[torch.rand(4, 4), torch.rand(4, 4)], 3]",
@@ -195,7 +194,7 @@ def forward(self, x):
 # -- hostile candidates ----------------------------------------------------------------------
 
 
-def test_returning_an_input_is_refused_even_where_its_values_are_right(loader: KbLoader) -> None:
+def test_returning_an_input_is_refused_even_where_its_values_are_right(loader: Judges) -> None:
     # relu of torch.rand inputs is the input itself.
     reply = _judged(loader, RELU, _candidate("def forward(self, x):\n    return x\n"))
     assert reply["problem"] == "ModelNew returned input 0 (or a view of it)"
@@ -203,7 +202,7 @@ def test_returning_an_input_is_refused_even_where_its_values_are_right(loader: K
 
 
 def test_a_cached_first_output_fails_once_the_same_tensors_hold_new_values(
-    loader: KbLoader,
+    loader: Judges,
 ) -> None:
     cached = _candidate(
         """
@@ -223,7 +222,7 @@ def test_a_cached_first_output_fails_once_the_same_tensors_hold_new_values(
     assert not reply["correct_kernelbench"]
 
 
-def test_an_output_cached_by_input_address_fails_on_refilled_inputs(loader: KbLoader) -> None:
+def test_an_output_cached_by_input_address_fails_on_refilled_inputs(loader: Judges) -> None:
     by_address = _candidate(
         """
         def __init__(self, dim):
@@ -242,11 +241,12 @@ def test_an_output_cached_by_input_address_fails_on_refilled_inputs(loader: KbLo
     assert reply["verdicts"]["kernelbench"].startswith("after new values in the same input")
 
 
-def test_inputs_regenerated_from_the_seed_at_construction_fail_on_refilled_inputs(
-    loader: KbLoader,
+def test_inputs_regenerated_from_the_seed_at_construction_fail_from_the_first_call(
+    loader: Judges,
 ) -> None:
-    # The judge seeds before ModelNew(...) and before get_inputs() alike (KernelBench's way), so
-    # on the CPU this draws exactly the first inputs: right once, stale after the refill.
+    # The judge seeds before ModelNew(...) as KernelBench does, but draws the inputs under seeds
+    # salted with a secret of the judging: what the candidate regenerates from the seed it was
+    # built under is not what it is given, even the first time.
     predicted = _candidate(
         """
         def __init__(self, dim):
@@ -258,23 +258,24 @@ def test_inputs_regenerated_from_the_seed_at_construction_fail_on_refilled_input
         """
     )
     reply = _judged(loader, CUMSUM, predicted, distributions=["kernelbench"])
-    assert reply["verdicts"]["kernelbench"].startswith("after new values in the same input")
+    assert reply["verdicts"]["kernelbench"].startswith("output: "), reply["verdicts"]
+    assert "elements wrong" in reply["verdicts"]["kernelbench"]
 
 
-def test_a_forbidden_operator_ends_the_judging(loader: KbLoader) -> None:
+def test_a_forbidden_operator_ends_the_judging(loader: Judges) -> None:
     uses_mm = _candidate("def forward(self, a, b):\n    return torch.matmul(a, b)\n")
     reply = _judged(loader, MATMUL, uses_mm, forbid=["aten.mm"])
     assert reply["problem"] == "ModelNew ran aten.mm, which this problem forbids"
     assert not reply["correct"]
 
 
-def test_writing_into_an_input_after_computing_is_caught(loader: KbLoader) -> None:
+def test_writing_into_an_input_after_computing_is_caught(loader: Judges) -> None:
     zeroes = "def forward(self, x):\n    y = torch.relu(x)\n    x.zero_()\n    return y\n"
     reply = _judged(loader, RELU, _candidate(zeroes))
     assert reply["problem"] == "ModelNew wrote into input 0"
 
 
-def test_computing_an_fp32_problem_in_bf16_misses_the_tolerance(loader: KbLoader) -> None:
+def test_computing_an_fp32_problem_in_bf16_misses_the_tolerance(loader: Judges) -> None:
     lowered = "def forward(self, a, b):\n    return (a.bfloat16() @ b.bfloat16()).float()\n"
     reply = _judged(loader, MATMUL, _candidate(lowered))
     assert "elements wrong (max abs error" in reply["verdicts"]["kernelbench"]
@@ -282,7 +283,7 @@ def test_computing_an_fp32_problem_in_bf16_misses_the_tolerance(loader: KbLoader
 
 
 def test_changing_its_own_copy_of_an_init_tensor_cannot_change_the_reference(
-    loader: KbLoader,
+    loader: Judges,
 ) -> None:
     # Both models got the same weight tensor, they would agree on zeros.
     zeroed = _candidate(
@@ -300,13 +301,13 @@ def test_changing_its_own_copy_of_an_init_tensor_cannot_change_the_reference(
     assert "elements wrong" in reply["verdicts"]["kernelbench"]
 
 
-def test_a_shape_that_broadcasts_is_wrong_before_values_are_compared(loader: KbLoader) -> None:
+def test_a_shape_that_broadcasts_is_wrong_before_values_are_compared(loader: Judges) -> None:
     no_keepdim = _candidate("def forward(self, x):\n    return x.sum(dim=1)\n")
     reply = _judged(loader, ROW_SUM, no_keepdim)
     assert reply["verdicts"]["kernelbench"] == "output: shape (16,), the reference's (16, 1)"
 
 
-def test_a_wrong_dtype_is_wrong_even_with_the_right_values(loader: KbLoader) -> None:
+def test_a_wrong_dtype_is_wrong_even_with_the_right_values(loader: Judges) -> None:
     wider = "def forward(self, x):\n    return torch.relu(x).double()\n"
     reply = _judged(loader, RELU, _candidate(wider))
     assert reply["verdicts"]["kernelbench"] == (
@@ -314,7 +315,7 @@ def test_a_wrong_dtype_is_wrong_even_with_the_right_values(loader: KbLoader) -> 
     )
 
 
-def test_returning_uninitialised_memory_fails(loader: KbLoader) -> None:
+def test_returning_uninitialised_memory_fails(loader: Judges) -> None:
     # Before the candidate runs, nothing holds this round's answer (the reference runs after
     # it) and freed blocks of the sizes in play are NaN-filled: empty_like cannot find it.
     stale = "def forward(self, x):\n    return torch.empty_like(x)\n"
@@ -323,7 +324,7 @@ def test_returning_uninitialised_memory_fails(loader: KbLoader) -> None:
 
 
 def test_a_kernel_right_only_for_non_negative_inputs_passes_kernelbench_only(
-    loader: KbLoader,
+    loader: Judges,
 ) -> None:
     abs_bug = CUMSUM_COPY.replace("torch.cumsum(x,", "torch.cumsum(x.abs(),")
     reply = _judged(loader, CUMSUM, abs_bug)
@@ -331,7 +332,7 @@ def test_a_kernel_right_only_for_non_negative_inputs_passes_kernelbench_only(
     assert "elements wrong" in reply["verdicts"]["signed"] and not reply["correct"]
 
 
-def test_a_candidate_that_raises_is_a_problem_of_one_line(loader: KbLoader) -> None:
+def test_a_candidate_that_raises_is_a_problem_of_one_line(loader: Judges) -> None:
     raises = "def forward(self, x):\n    raise RuntimeError('kernel failed\\nsecond line')\n"
     reply = _judged(loader, RELU, _candidate(raises))
     assert reply["problem"] == "ModelNew raised RuntimeError: kernel failed"
@@ -358,54 +359,67 @@ def test_a_candidate_that_raises_is_a_problem_of_one_line(loader: KbLoader) -> N
     ids=["uses-Model", "try-fallback", "side-stream", "thread", "seeds-rng", "reads-seed",
          "monkeypatch", "dunder"],
 )  # fmt: skip
-def test_what_the_source_rules_refuse_never_runs(loader: KbLoader, body: str, refusal: str) -> None:
+def test_what_the_source_rules_refuse_never_runs(loader: Judges, body: str, refusal: str) -> None:
     reply = _judged(loader, RELU, _candidate(body))
     assert refusal in reply["load_error"] and reply["verdicts"]["kernelbench"] == "not judged"
     assert not reply["correct"]
 
 
-def test_rules_off_a_monkeypatch_at_import_is_undone_and_recycles_the_process(
-    loader: KbLoader, rules_off: None
+def test_rules_off_a_monkeypatch_at_import_stays_in_the_candidates_process(
+    loader: Judges, rules_off: None
 ) -> None:
-    original = torch.cumsum
+    # In one process the patch made the reference return zeros too, and zeros agreed.
     patched = CUMSUM_COPY.replace(
-        "class ModelNew", "torch.cumsum = lambda x, dim: x\n\nclass ModelNew"
+        "class ModelNew", "torch.cumsum = lambda x, dim: torch.zeros_like(x)\n\nclass ModelNew"
     )
-    with pytest.raises(TamperedProcess, match=r"loading the program: .* replaced torch\.cumsum"):
-        _judged(loader, CUMSUM, patched)
-    assert torch.cumsum is original
+    reply = _judged(loader, CUMSUM, patched)
+    assert "elements wrong" in reply["verdicts"]["kernelbench"] and not reply["correct"]
 
 
-def test_rules_off_a_thread_left_running_recycles_the_process(
-    loader: KbLoader, rules_off: None
+def test_rules_off_a_thread_that_finishes_the_output_later_delivers_the_unfinished_one(
+    loader: Judges, rules_off: None
 ) -> None:
     threaded = _candidate(
         """
         def forward(self, x):
-            waits = torch.threading.Event().wait
-            torch.threading.Thread(target=waits, args=(2.0,), daemon=True).start()
-            return torch.relu(x)
+            out = torch.zeros_like(x)
+            later = lambda: (torch.sys.modules["time"].sleep(0.2), out.copy_(torch.relu(x)))
+            torch.threading.Thread(target=later, daemon=True).start()
+            return out
         """
     )
-    with pytest.raises(TamperedProcess, match="left a thread running"):
-        _judged(loader, RELU, threaded)
+    reply = _judged(loader, RELU, threaded)
+    assert "elements wrong" in reply["verdicts"]["kernelbench"] and not reply["correct"]
 
 
-def test_rules_off_a_global_switch_is_set_back_and_recycles_the_process(
-    loader: KbLoader, rules_off: None
+def test_rules_off_a_global_switch_stays_in_the_candidates_process(
+    loader: Judges, rules_off: None
 ) -> None:
-    switched = (
-        "def forward(self, x):\n    torch.set_default_dtype(torch.float64)\n    return x * 1\n"
+    # In one process float64 as the default made the reference's Linear float64 as well.
+    switched = _candidate(
+        """
+        def __init__(self):
+            super().__init__()
+            torch.set_default_dtype(torch.float64)
+            self.lin = nn.Linear(16, 4)
+
+        def forward(self, x):
+            return self.lin(x.double())
+        """
     )
-    with pytest.raises(TamperedProcess, match="changed the default dtype"):
-        _judged(loader, RELU, _candidate(switched))
+    reply = _judged(loader, LINEAR, switched)
+    assert reply["verdicts"]["kernelbench"] == (
+        "output: dtype torch.float64, the reference's torch.float32"
+    )
     assert torch.get_default_dtype() == torch.float32
 
 
-def test_rules_off_changing_the_reference_model_is_caught(
-    loader: KbLoader, rules_off: None
+def test_rules_off_the_reference_model_is_out_of_the_candidates_reach(
+    loader: Judges, rules_off: None
 ) -> None:
-    # The candidate walks up the stack to the judge's frames and zeroes the reference's weight.
+    # The candidate walks up its stack looking for the judge's reference model to zero it; in
+    # one process it found it there. Here it returns zeros if it finds one, so a correct verdict
+    # says it found none.
     reach = _candidate(
         """
         def __init__(self):
@@ -415,16 +429,16 @@ def test_rules_off_changing_the_reference_model_is_caught(
         def forward(self, x):
             frame = torch.sys._getframe(1)
             while frame is not None:
-                try:
-                    frame.f_locals["self"].ref_model.lin.weight.zero_()
-                except Exception:
-                    pass
+                for value in list(frame.f_locals.values()):
+                    if torch.sys.modules["builtins"].hasattr(value, "ref_model"):
+                        value.ref_model.lin.weight.zero_()
+                        return torch.zeros(x.shape[0], 4)
                 frame = frame.f_back
             return self.lin(x)
         """
     )
     reply = _judged(loader, LINEAR, reach, distributions=["kernelbench"])
-    assert reply["problem"] == "a ModelNew call changed the reference model's lin.weight"
+    assert reply["correct"], reply
 
 
 # -- the device job --------------------------------------------------------------------------
@@ -480,7 +494,7 @@ RELU_COPY = "def forward(self, x):\n    return torch.relu(x)\n"
 
 
 def test_a_triton_kernel_loads_from_its_file_and_passes(
-    loader: KbLoader, monkeypatch: pytest.MonkeyPatch
+    loader: Judges, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Triton's interpreter runs the kernel on the CPU; @triton.jit still reads its source.
     pytest.importorskip("triton")
@@ -508,7 +522,7 @@ def test_signed_and_wide_inputs_keep_the_structure_get_inputs_built() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's imports warn
-def test_the_compile_baseline_is_timed_beside_eager(loader: KbLoader) -> None:
+def test_the_compile_baseline_is_timed_beside_eager(loader: Judges) -> None:
     """``torch.compile`` of the reference is timed in rounds of its own (here by inductor on the
     CPU): a figure, or the reason it has none."""
     reference = _reference(CUMSUM_MODEL, "[torch.rand(64, 4000)]", "[1]")

@@ -229,6 +229,9 @@ def _install_landlock(call_dir: str, *, plan: Plan, libc: ctypes.CDLL) -> None:
             _allow(ruleset, path, RUN, handled=handled, libc=libc)
         for path in DEVICES_WRITE:
             _allow(ruleset, path, FS_READ_FILE | FS_WRITE_FILE, handled=handled, libc=libc)
+        for path in plan.device_files:  # a GPU's device files: opened, written and ioctl'd
+            access = FS_READ_FILE | FS_WRITE_FILE | FS_IOCTL_DEV
+            _allow(ruleset, path, access, handled=handled, libc=libc)
         if plan.shm_dir is not None:
             _allow(ruleset, plan.shm_dir, writable, handled=handled, libc=libc, required=True)
         _allow(ruleset, call_dir, writable, handled=handled, libc=libc, required=True)
@@ -338,6 +341,46 @@ def _allow(
         os.close(fd)
 
 
+# ----------------------------------------------------------------------------- mounts
+
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 2, 4, 4096, 16384
+
+
+def blocked_directories(paths: list[str]) -> dict[str, set[str]]:
+    """Directories others cannot search, each with the entries below it that ``paths`` use."""
+    blocked: dict[str, set[str]] = {}
+    for path in paths:
+        parts = os.path.realpath(path).split(os.sep)[1:]
+        for depth in range(1, len(parts)):
+            ancestor = os.sep + os.sep.join(parts[:depth])
+            if not os.stat(ancestor).st_mode & stat.S_IXOTH:
+                blocked.setdefault(ancestor, set()).add(os.path.join(ancestor, parts[depth]))
+                break
+    return blocked
+
+
+def expose(blocked: dict[str, set[str]], *, libc: ctypes.CDLL) -> bool:
+    """Cover each blocked directory with a tmpfs, binding back its entries that are needed.
+    Call in the server's own mount namespace only."""
+    if not blocked:
+        return False
+    for directory, entries in blocked.items():
+        handles = {entry: os.open(entry, os.O_PATH) for entry in entries}
+        flags = ctypes.c_ulong(MS_NOSUID | MS_NODEV)
+        if libc.mount(b"tmpfs", directory.encode(), b"tmpfs", flags, b"mode=755,size=1m") != 0:
+            return False
+        for entry, handle in handles.items():
+            if os.path.isdir(f"/proc/self/fd/{handle}"):
+                os.mkdir(entry)
+            else:
+                os.close(os.open(entry, os.O_CREAT | os.O_WRONLY, 0o644))
+            source = f"/proc/self/fd/{handle}".encode()
+            if libc.mount(source, entry.encode(), None, ctypes.c_ulong(MS_BIND | MS_REC), None):
+                return False
+            os.close(handle)
+    return True
+
+
 # ----------------------------------------------------------------------------- entry points
 
 
@@ -353,6 +396,7 @@ class Plan:
             _interpreter_files(self.read_paths) if self.abi else ([], [])
         )
         self.shm_dir = shm_dir  # writable too: a /dev/shm of the server's own, emptied per call
+        self.device_files: list[str] = []  # device files that may be written and ioctl'd
         seccomp = seccomp and platform.machine() in DENIED
         self.seccomp = _seccomp_filter() if seccomp else None
 

@@ -35,7 +35,6 @@ import os
 import select
 import shutil
 import signal
-import stat
 import sys
 import tempfile
 import time
@@ -54,7 +53,7 @@ SWEEP_ROUNDS = 8  # rounds of killing orphaned descendants after a call
 CLONE_NEWNET = 0x40000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWNS = 0x00020000
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
 MS_NOEXEC = 8
 PR_SET_CHILD_SUBREAPER = 36
 SHM_DIR = "/dev/shm"  # where glibc creates POSIX semaphores and shared memory (sem_open, shm_open)
@@ -154,9 +153,11 @@ def _sandbox_identity(
     interpreter = os.path.dirname(os.path.realpath(sys.executable))
     if _can_use_as(uid, directories=directories, root=root):
         if mounts:  # only a subprocess needs the interpreter: exposing it is best effort
-            _expose(_blocked([interpreter]), libc=libc)
+            _confine.expose(_confine.blocked_directories([interpreter]), libc=libc)
         return uid, uid
-    exposed = mounts and _expose(_blocked([*directories, interpreter, root]), libc=libc)
+    exposed = mounts and _confine.expose(
+        _confine.blocked_directories([*directories, interpreter, root]), libc=libc
+    )
     return (uid, uid) if exposed and _can_use_as(uid, directories=directories, root=root) else None
 
 
@@ -186,41 +187,6 @@ def _can_use_as(uid: int, *, directories: list[str], root: str) -> bool:
         finally:
             os._exit(status)
     return os.waitpid(pid, 0)[1] == 0
-
-
-def _blocked(paths: list[str]) -> dict[str, set[str]]:
-    """Directories others cannot search, each with the entries below it that ``paths`` use."""
-    blocked: dict[str, set[str]] = {}
-    for path in paths:
-        parts = os.path.realpath(path).split(os.sep)[1:]
-        for depth in range(1, len(parts)):
-            ancestor = os.sep + os.sep.join(parts[:depth])
-            if not os.stat(ancestor).st_mode & stat.S_IXOTH:
-                blocked.setdefault(ancestor, set()).add(os.path.join(ancestor, parts[depth]))
-                break
-    return blocked
-
-
-def _expose(blocked: dict[str, set[str]], *, libc: ctypes.CDLL) -> bool:
-    """Cover each blocked directory with a tmpfs, binding back its entries that are needed.
-    Call in the server's own mount namespace only."""
-    if not blocked:
-        return False
-    for directory, entries in blocked.items():
-        handles = {entry: os.open(entry, os.O_PATH) for entry in entries}
-        flags = ctypes.c_ulong(MS_NOSUID | MS_NODEV)
-        if libc.mount(b"tmpfs", directory.encode(), b"tmpfs", flags, b"mode=755,size=1m") != 0:
-            return False
-        for entry, handle in handles.items():
-            if os.path.isdir(f"/proc/self/fd/{handle}"):
-                os.mkdir(entry)
-            else:
-                os.close(os.open(entry, os.O_CREAT | os.O_WRONLY, 0o644))
-            source = f"/proc/self/fd/{handle}".encode()
-            if libc.mount(source, entry.encode(), None, ctypes.c_ulong(MS_BIND | MS_REC), None):
-                return False
-            os.close(handle)
-    return True
 
 
 class _Call:

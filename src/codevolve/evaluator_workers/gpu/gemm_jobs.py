@@ -95,9 +95,10 @@ def shutdown() -> None:
     GEMM bench's, and the kernel jobs' helpers if a kernel job ran)."""
     if _bench.cache_info().currsize:
         _bench().close()
-    kernel_jobs = sys.modules.get("codevolve.evaluator_workers.gpu.kernel_jobs")
-    if kernel_jobs is not None:
-        kernel_jobs.shutdown()
+    for name in ("kernel_jobs", "kb_jobs"):  # their helpers and runners, if one of them ran
+        module = sys.modules.get(f"codevolve.evaluator_workers.gpu.{name}")
+        if module is not None:
+            module.shutdown()
 
 
 def _kernel_measure(payload: Any) -> Any:

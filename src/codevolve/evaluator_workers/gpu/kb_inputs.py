@@ -1,6 +1,7 @@
 """The inputs a KernelBench candidate is judged on (trusted code of the judge).
 
-- ``kernelbench``: ``torch.manual_seed(seed); get_inputs()`` as the reference file writes it;
+- ``kernelbench``: ``torch.manual_seed(s); get_inputs()`` as the reference file writes it, for a
+  seed ``s`` the judge draws in secret;
 - ``signed``: the same values with a random sign on every element of every floating tensor (a
   kernel that is right only for the non-negative ``torch.rand`` inputs fails here);
 - ``wide``: the signed values times 100 (overflow, cancellation, precision lowered to 16 bits).
@@ -10,10 +11,10 @@ triangular or masked input stays triangular or masked, and a kernel that rightly
 half of a triangular matrix is not failed by inputs its problem never has. (A redraw from a
 normal, the first design, filled those zeros and failed such kernels wrongly.)
 
-Integer and non-tensor inputs are kept (indices, sizes, labels stay valid). The redraws and the
-fresh values of :func:`refill` come from the judge's own ``torch.Generator``, which no candidate
-can reach; ``get_inputs`` itself draws from torch's global RNG, which the rules forbid it to
-seed or read. ``get_inputs`` and ``get_init_inputs`` run under ``with torch.device(device)``:
+Integer and non-tensor inputs are kept (indices, sizes, labels stay valid). The seeds of
+``get_inputs`` and the redraws come from the judge's own generators, salted with a secret of
+the judging: the candidate runs in another process and knows only the seed its model is built
+under, from which nothing here can be derived. ``get_inputs`` and ``get_init_inputs`` run under ``with torch.device(device)``:
 KernelBench inputs can be gigabytes, and drawing them on the CPU takes seconds.
 
 Imported only in the device process and in tests (needs torch).
@@ -60,8 +61,11 @@ class JudgeRandom:
         return self.values.device.type
 
 
-def judge_random(seed: int, distribution: str, device: str) -> JudgeRandom:
-    start = (seed * 1_000_003 + DISTRIBUTIONS.index(distribution) + 1) % _SEED_SPACE
+def judge_random(seed: int, distribution: str, device: str, *, salt: int = 0) -> JudgeRandom:
+    """The generators of one (seed, distribution). ``salt``: a secret of the judging (drawn
+    with :mod:`secrets` by the judge), so that no candidate can tell the inputs from the seed,
+    which it knows (it builds its model under it)."""
+    start = (seed * 1_000_003 + DISTRIBUTIONS.index(distribution) + 1 + salt) % _SEED_SPACE
     values, seeds = torch.Generator(device=device), torch.Generator()
     values.manual_seed(start)
     seeds.manual_seed(start + 1)
@@ -76,8 +80,12 @@ def init_inputs(reference: ReferenceProgram, seed: int, device: str) -> list[Any
 def draw_inputs(
     reference: ReferenceProgram, distribution: str, seed: int, rng: JudgeRandom
 ) -> list[Any]:
-    """Inputs of ``distribution`` for ``seed``, on the device of ``rng``."""
-    values = _drawn(reference.get_inputs, seed, rng.device, "get_inputs")
+    """Inputs of ``distribution`` on the device of ``rng``: ``get_inputs()`` under a seed drawn
+    from ``rng`` (secret to the candidate), then signed or scaled. ``seed`` names the judging's
+    seed in errors only."""
+    del seed
+    drawn_seed = int(torch.randint(0, _SEED_SPACE, (1,), generator=rng.seeds))
+    values = _drawn(reference.get_inputs, drawn_seed, rng.device, "get_inputs")
     _redraw(values, distribution, rng.values)
     return values
 

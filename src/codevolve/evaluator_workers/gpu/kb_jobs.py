@@ -31,6 +31,7 @@ from codevolve.evaluator_workers.errors import WorkerError
 from codevolve.evaluator_workers.gpu.kb_inputs import DISTRIBUTIONS
 from codevolve.evaluator_workers.gpu.kb_judge import BASELINES, JudgeSettings, device_info, judge
 from codevolve.evaluator_workers.gpu.kb_loader import KbLoader
+from codevolve.evaluator_workers.gpu.runner_link import RunnerPool, RunnerSettings
 
 JUDGE_JOB = "kb.judge"
 DEVICE_ENV = "CODEVOLVE_KB_DEVICE"  # "cpu" forces the CPU where a GPU is visible
@@ -69,6 +70,17 @@ def _loader() -> KbLoader:
             "ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter"
         )
     return KbLoader()
+
+
+@functools.cache
+def _runners() -> RunnerPool:
+    """The runners of this device process, started ahead of need (shutdown() ends them)."""
+    return RunnerPool(RunnerSettings(device=device()))
+
+
+def shutdown() -> None:
+    if _runners.cache_info().currsize:
+        _runners().close()
 
 
 def settings_from(payload: Any) -> tuple[str, str, JudgeSettings]:
@@ -144,7 +156,9 @@ def _tolerance(value: Any) -> float | None:
 
 def judge_job(payload: Any) -> dict[str, Any]:
     reference, candidate, settings = settings_from(payload)
-    return judge(reference, candidate, settings, device=device(), loader=_loader())
+    return judge(
+        reference, candidate, settings, device=device(), loader=_loader(), runners=_runners()
+    )
 
 
 def _info(payload: Any) -> Any:

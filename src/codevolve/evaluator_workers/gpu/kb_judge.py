@@ -1,35 +1,38 @@
 """The trusted judge of KernelBench-format problems: does ``ModelNew`` compute what the user's
 ``Model`` computes, and how fast?
 
-:func:`judge` loads both programs (kb_loader.py: the candidate refused first by the source rules,
-then run with a small builtins table) and, for every seed:
+The judge never runs the candidate. It runs in the device process and holds everything a
+candidate would want to forge: the reference model, the inputs, the comparison and the clock.
+The candidate runs in a runner (runner.py), a throw-away caged process of its own, started ahead
+of need by a :class:`~codevolve.evaluator_workers.gpu.runner_link.RunnerPool` and ended after
+this one judging. Tensors cross as descriptions of shared memory (shared_tensors.py), replies as
+capped JSON.
 
-- constructs both models as KernelBench does: ``torch.manual_seed(seed)`` before ``Model(*init)``
-  and again before ``ModelNew(*init)``, each with its own copy of ``get_init_inputs()`` (a
-  candidate that zeroes a shared weight cannot make both agree), on ``device``, in training
-  mode as constructed (no ``eval()``: a BatchNorm reference normalises by batch statistics);
-- for every distribution (kb_inputs.py) calls the candidate, then the reference on copies of
-  the same inputs, and compares (kb_compare.py); then refills the same input tensors with fresh
-  values and does it again (an output cached by call or by input address is now stale);
-- around each candidate call watches its side effects (kb_watch.py): inputs written, the
-  reference's parameters changed, threads, torch's namespaces and switches, forbidden aten
-  operators; and poisons freed memory first.
+:func:`judge` loads the reference here (the user's trusted file) and, for every seed:
+
+- has the runner build ``ModelNew`` as KernelBench does (``torch.manual_seed(seed)`` before
+  ``ModelNew(*init)``, with its own copy of ``get_init_inputs()``), as the judge builds
+  ``Model`` here;
+- for every distribution (kb_inputs.py; seeds salted with a secret of this judging) computes
+  the reference's output here on private copies, stages the inputs in shared memory, has the
+  runner call the candidate, reads the candidate's output from memory and compares
+  (kb_compare.py); checks the staged inputs against the private copies; then refills the inputs
+  with fresh values and does it again (an output cached by call or by address is now stale).
 
 A verdict per distribution is "" (right), ``skipped: ...`` (the reference itself is not finite
-there; never for ``kernelbench``), or what was wrong. Hostile behaviour, or a candidate that
-raises, ends the judging as the reply's ``problem``. A correct candidate is then timed
-(kb_timing.py). Everything runs under ``torch.no_grad()``. Errors that outlive the judging are
-not results: a broken CUDA context, or a candidate that tampered with the process
-(:class:`~codevolve.evaluator_workers.gpu.kb_watch.TamperedProcess`), propagate, and the device
-process recycles itself.
+there; never for ``kernelbench``), or what was wrong. A candidate that raises, breaks the
+protocol or dies ends the judging as the reply's ``problem``. A correct candidate is then timed
+(kb_timing.py) by the judge's clock, and the reference through the same path in a runner of its
+own after the candidate's runner has ended.
 
 Imported only in the device process and in tests (needs torch).
 """
 
 from __future__ import annotations
 
+import math
 import platform
-import threading
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,18 +40,12 @@ from typing import Any
 
 import torch
 
+from codevolve.core.kernel_rules import check_model_new
 from codevolve.evaluator_workers.gpu.cuda_device import cuda_device_info
-from codevolve.evaluator_workers.gpu.kb_compare import (
-    aliased_input,
-    all_finite,
-    compare,
-    deferred_check,
-    tensors_of,
-)
+from codevolve.evaluator_workers.gpu.kb_compare import aliased_input, all_finite, compare
 from codevolve.evaluator_workers.gpu.kb_inputs import (
     DISTRIBUTIONS,
     KERNELBENCH,
-    JudgeRandom,
     ReferenceFailure,
     draw_inputs,
     init_inputs,
@@ -56,32 +53,38 @@ from codevolve.evaluator_workers.gpu.kb_inputs import (
     refill,
 )
 from codevolve.evaluator_workers.gpu.kb_loader import KbLoader, LoadError, ReferenceProgram
-from codevolve.evaluator_workers.gpu.kb_timing import (
-    clock_for,
-    summary,
-    time_against_eager,
-    time_compiled,
-)
 from codevolve.evaluator_workers.gpu.kb_watch import (
+    POISON_BYTE,
     CandidateProblem,
-    OpRecorder,
-    ProcessState,
-    TamperedProcess,
-    byte_sizes,
     changed_input,
-    changed_state,
     copies,
-    new_threads,
-    poison,
+    forbidden_ran,
     raise_if_context_broken,
-    state_of,
+)
+from codevolve.evaluator_workers.gpu.runner_link import Runner, RunnerGone, RunnerPool
+from codevolve.evaluator_workers.gpu.shared_tensors import (
+    Arena,
+    CudaImports,
+    SharingError,
+    byte_count,
+    decode,
+    encode,
+    tensors_in,
 )
 
 SKIPPED = "skipped"
 NOT_JUDGED = "not judged"
 BASELINES = ("eager", "compile")
-MESSAGE_CHARS = 300  # of a candidate's exception message
-TIMING_SEED_OFFSET = 7919  # the timed rounds' generator differs from every checked one
+REQUEST_TIMEOUT_S = 300.0  # one request to a runner: a first call may compile its kernels
+# A timed batch runs at least this long, where memory allows: on CUDA a few times the batch's
+# fixed cost (docs/security.md); on the CPU well above a busy machine's scheduling delays.
+BATCH_TARGET_MS = {"cuda": 2.0, "cpu": 50.0}
+MAX_BATCH = 256  # calls in one timed batch
+ARENA_CAP = {"cuda": 4 << 30, "cpu": 1 << 30}  # bytes of staged batches (one set always fits)
+
+
+class LoadFailed(Exception):
+    """The candidate did not load (its load_error)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +92,8 @@ class JudgeSettings:
     """How a candidate is judged (the ``kb.judge`` payload, validated by kb_jobs.py)."""
 
     seeds: tuple[int, ...] = (0,)
-    trials: int = 20  # timed rounds
-    warmup: int = 3  # untimed rounds first
+    trials: int = 20  # timed batches
+    warmup: int = 3  # untimed batches first
     distributions: tuple[str, ...] = DISTRIBUTIONS
     forbid: tuple[str, ...] = ()  # aten operators the candidate may not run: "aten.mm"
     baselines: tuple[str, ...] = ("eager",)  # "compile" adds torch.compile of the reference
@@ -99,56 +102,52 @@ class JudgeSettings:
 
 
 def judge(
-    reference: str, candidate: str, settings: JudgeSettings, *, device: str, loader: KbLoader
+    reference: str,
+    candidate: str,
+    settings: JudgeSettings,
+    *,
+    device: str,
+    loader: KbLoader,
+    runners: RunnerPool,
 ) -> dict[str, Any]:
     """Judge ``candidate`` against ``reference`` on ``device`` ("cuda" or "cpu"); plain data."""
     reply = _new_reply(device, settings)
     seconds = reply["seconds"]
     mark = time.perf_counter()
     with torch.no_grad():
-        session = _load(reference, candidate, settings, device, loader, reply)
-        seconds["load"], mark = _since(mark)
-        if session is None:
+        ref = loader.reference(reference)
+        if isinstance(ref, LoadError):
+            reply["load_error"] = ref.message
             return reply
+        refused = check_model_new(candidate) if runners.settings.rules else ""
+        if refused:
+            reply["load_error"] = refused
+            return reply
+        session = Session(ref, candidate, settings, device, runners)
+        session.reference_source = reference
         try:
             session.check()
             seconds["check"], mark = _since(mark)
             if settings.time and session.correct():
-                reply["timing"] = session.timing()
+                from codevolve.evaluator_workers.gpu.kb_timing import time_session  # noqa: PLC0415
+
+                reply["timing"] = time_session(session)
                 seconds["time"], mark = _since(mark)
+        except LoadFailed as exc:
+            reply["load_error"] = str(exc)
         except CandidateProblem as exc:
             reply["problem"] = str(exc)
         except ReferenceFailure as exc:
             reply["load_error"] = f"reference: {exc}"
+        finally:
+            session.close()
         session.report(reply)
     return reply
 
 
 def _since(mark: float) -> tuple[float, float]:
-    """Seconds since ``mark``, and the new mark."""
     now = time.perf_counter()
     return now - mark, now
-
-
-def _load(
-    reference: str,
-    candidate: str,
-    settings: JudgeSettings,
-    device: str,
-    loader: KbLoader,
-    reply: dict[str, Any],
-) -> _Session | None:
-    ref = loader.reference(reference)
-    if isinstance(ref, LoadError):
-        reply["load_error"] = ref.message
-        return None
-    state = ProcessState()  # before the candidate's module runs: it may patch torch at import
-    loaded = loader.candidate(candidate)
-    state.check("loading the program")
-    if isinstance(loaded, LoadError):
-        reply["load_error"] = loaded.message
-        return None
-    return _Session(ref, loaded.model_new, settings, device, state)
 
 
 def _new_reply(device: str, settings: JudgeSettings) -> dict[str, Any]:
@@ -162,6 +161,7 @@ def _new_reply(device: str, settings: JudgeSettings) -> dict[str, Any]:
         "max_abs_error": 0.0,
         "ops": [],
         "timing": None,
+        "isolation": {},
         "seconds": {"load": 0.0, "check": 0.0, "time": 0.0},
     }
 
@@ -178,38 +178,155 @@ def device_info(device: str) -> dict[str, Any]:
     }
 
 
-class _Session:
-    """One judging: the two programs, the models of the current seed, what was seen so far."""
+class Remote:
+    """One program in one runner, fed through one arena: the judge's handle on it."""
+
+    def __init__(self, runner: Runner, arena: Arena, device: str, *, who: str) -> None:
+        self.runner = runner
+        self.arena = arena
+        self.device = device
+        self.who = who  # "ModelNew" or "Model": named in problems
+        self.imports = CudaImports() if device == "cuda" else None
+        self.layers: dict[str, bool] = {}
+
+    def start(self, source: str, *, trusted: bool) -> None:
+        fds = [] if self.arena.fd is None else [self.arena.fd]
+        reply = self.ask({"op": "attach", "arena": self.arena.handle.as_json()}, fds=fds)
+        layers = reply.get("layers", {})
+        self.layers = (
+            {str(k): bool(v) for k, v in layers.items()} if isinstance(layers, dict) else {}
+        )
+        reply = self.ask({"op": "load", "source": source, "trusted": trusted})
+        if "load_error" in reply:
+            raise LoadFailed(str(reply["load_error"])[:2000])
+
+    def construct(self, seed: int, init: list[Any]) -> None:
+        self.arena.reset()
+        self.ask({"op": "construct", "seed": seed, "init": self.stage(init)[0]})
+
+    def ask(self, message: dict[str, Any], *, fds: Sequence[int] = ()) -> dict[str, Any]:
+        """A request; a problem the program caused becomes :class:`CandidateProblem`."""
+        try:
+            reply = self.runner.request(message, timeout_s=REQUEST_TIMEOUT_S, fds=fds)
+        except RunnerGone as exc:
+            raise CandidateProblem(f"the {self.who} process failed: {exc}") from None
+        if "problem" in reply:
+            raise CandidateProblem(str(reply["problem"])[:2000])
+        return reply
+
+    def stage(self, values: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """Copy ``values`` into the arena: their descriptions, and the staged values."""
+        staged: list[Any] = []
+
+        def place(tensor: torch.Tensor) -> dict[str, Any]:
+            slot, spec = self.arena.place(tensor)
+            slot.copy_(tensor)
+            staged.append(slot)
+            return spec
+
+        encoded = [encode(value, place) for value in values]
+        resolved = iter(staged)
+        return encoded, [_rebuild(value, resolved) for value in values]
+
+    def slots(self, expected: Any) -> tuple[list[dict[str, Any]], list[torch.Tensor]]:
+        """On the CPU, poisoned arena slots for the output's tensors (the runner copies its
+        outputs there); on CUDA none (the judge maps the runner's own outputs)."""
+        if self.device == "cuda":
+            return [], []
+        specs, tensors = [], []
+        for tensor in tensors_in(expected):
+            slot, spec = self.arena.place(tensor)
+            slot.view(torch.uint8).fill_(POISON_BYTE) if slot.numel() else None
+            specs.append(spec)
+            tensors.append(slot)
+        return specs, tensors
+
+    def output(self, data: Any, slots: list[torch.Tensor]) -> Any:
+        """The output a runner described: its tensors read from the arena's slots or, on CUDA,
+        from the runner's memory. A tensor it could not deliver is an empty tensor on the
+        ``meta`` device with the shape and dtype it reported (compare names the mismatch)."""
+
+        def tensor(spec: dict[str, Any]) -> torch.Tensor:
+            if spec.get("type") not in ("Tensor", "Parameter"):
+                raise CandidateProblem(
+                    f"{self.who} returned a {str(spec.get('type'))[:60]}, not a tensor"
+                )
+            if spec.get("device") != self.device:
+                raise _Misplaced(str(spec.get("device"))[:20])
+            if "ipc" in spec and self.imports is not None:
+                return self.imports.tensor(spec).clone()
+            index = spec.get("slot")
+            if type(index) is int and 0 <= index < len(slots):
+                return slots[index]
+            return _meta(spec)
+
+        try:
+            return decode(data, tensor)
+        except SharingError as exc:
+            raise CandidateProblem(f"{self.who}'s output: {exc}") from None
+
+    def close(self) -> None:
+        if self.imports is not None:
+            self.imports.close()
+        self.runner.end()
+
+
+class _Misplaced(Exception):
+    """An output on another device than the judge's."""
+
+
+def _meta(spec: dict[str, Any]) -> torch.Tensor:
+    from codevolve.evaluator_workers.gpu.shared_tensors import DTYPES  # noqa: PLC0415
+
+    shape, dtype = spec.get("shape"), DTYPES.get(str(spec.get("dtype")))
+    if not isinstance(shape, list) or dtype is None or not all(type(n) is int for n in shape):
+        raise SharingError("an output description without a usable shape or dtype")
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _rebuild(value: Any, staged: Any) -> Any:
+    """``value`` with each tensor replaced by the next staged one."""
+    if isinstance(value, torch.Tensor):
+        return next(staged)
+    if isinstance(value, list | tuple):
+        items = [_rebuild(v, staged) for v in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    return value
+
+
+class Session:
+    """One judging: the reference here, the candidate in its runner, what was seen so far."""
 
     def __init__(
         self,
         reference: ReferenceProgram,
-        model_new: Callable[..., Any],
+        candidate: str,
         settings: JudgeSettings,
         device: str,
-        state: ProcessState,
+        runners: RunnerPool,
     ) -> None:
         self.reference = reference
-        self.model_new = model_new
+        self.candidate = candidate
         self.settings = settings
         self.device = device
-        self.state = state
+        self.runners = runners
+        self.salt = secrets.randbits(60)  # the inputs' secret
         self.results: dict[str, list[tuple[int, str]]] = {d: [] for d in settings.distributions}
         self.ops: set[str] = set()
         self.max_abs_error = 0.0
-        self.sizes: set[int] = set()  # bytes of inputs and reference outputs: poisoned blocks
         self.ref_model: torch.nn.Module = torch.nn.Module()
-        self.cand_model: torch.nn.Module = torch.nn.Module()
-        # The timed rounds' inputs, their copies for the reference, and the threads before.
-        self.round_inputs: list[Any] = []
-        self.round_reference_inputs: list[Any] = []
-        self.round_threads: set[threading.Thread] = set()
-        self.round_random: JudgeRandom | None = None
+        self.remote: Remote | None = None
+        self.arena: Arena | None = None
+        self.batch = 1  # calls per timed batch, from the reference's time here
+        self.layers: dict[str, bool] = {}
+        self.seed = settings.seeds[0]
+        self.reference_source = ""  # the reference's text, for the runner that times it
 
     # -- checking ---------------------------------------------------------------------------
 
     def check(self) -> None:
         for seed in self.settings.seeds:
+            self.seed = seed
             self._construct(seed)
             for distribution in self.settings.distributions:
                 verdict = self._verdict(distribution, seed)
@@ -228,7 +345,16 @@ class _Session:
         reply["correct"] = clean and self.correct()
         reply["correct_kernelbench"] = clean and reply["verdicts"].get(KERNELBENCH) == ""
         reply["max_abs_error"] = self.max_abs_error
-        reply["ops"] = sorted(self.ops)
+        reply["ops"] = sorted(op for op in self.ops if op.count(".") == 1)
+        reply["isolation"] = self.layers
+
+    def close(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
+            self.remote = None
+        if self.arena is not None:
+            self.arena.close()
+            self.arena = None
 
     def _merged(self, distribution: str) -> str:
         results = self.results[distribution]
@@ -243,134 +369,85 @@ class _Session:
     def _construct(self, seed: int) -> None:
         init = init_inputs(self.reference, seed, self.device)
         torch.manual_seed(seed)
-        model = self._reference_call("constructing Model", self.reference.model, copies(init))
+        model = self.reference_call("constructing Model", self.reference.model, copies(init))
         self.ref_model = model.to(self.device)
-        torch.manual_seed(seed)
-        built = self._candidate_call("constructing ModelNew", self.model_new, copies(init))
-        if not isinstance(built, torch.nn.Module):
-            raise CandidateProblem("ModelNew(...) is not a torch.nn.Module")
-        self.cand_model = built
-        self._candidate_call(
-            "moving ModelNew to the device", torch.nn.Module.to, [built, self.device]
-        )
-        self.state.check("constructing ModelNew")
+        if self.remote is None:
+            self._start(init)
+        assert self.remote is not None
+        self.remote.construct(seed, init)
+
+    def _start(self, init: list[Any]) -> None:
+        """The arena, sized for the timed batches (from the reference's time here), and the
+        candidate's runner."""
+        rng = judge_random(self.seed, KERNELBENCH, self.device, salt=self.salt)
+        inputs = draw_inputs(self.reference, KERNELBENCH, self.seed, rng)
+        started = self._clock()
+        expected = self.reference_call("running Model", self.ref_model, copies(inputs))
+        took_ms = max((self._clock() - started) * 1e3, 1e-3)
+        one_set = byte_count(inputs) + (byte_count(expected) if self.device == "cpu" else 0)
+        cap = ARENA_CAP[self.device]
+        self.batch = max(1, min(MAX_BATCH, math.ceil(BATCH_TARGET_MS[self.device] / took_ms), cap // one_set))
+        size = max(self.batch * one_set, byte_count(init) + one_set)
+        self.arena = Arena.create(size, self.device)
+        self.remote = Remote(self.runners.take(), self.arena, self.device, who="ModelNew")
+        self.remote.start(self.candidate, trusted=False)
+        self.layers = self.remote.layers
+
+    def _clock(self) -> float:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
 
     def _verdict(self, distribution: str, seed: int) -> str:
-        rng = judge_random(seed, distribution, self.device)
+        rng = judge_random(seed, distribution, self.device, salt=self.salt)
         inputs = draw_inputs(self.reference, distribution, seed, rng)
-        first = self._checked_round(inputs, distribution)
+        first = self.checked_round(inputs, distribution)
         if first:
             return first
         refill(inputs, self.reference, distribution, rng)
-        second = self._checked_round(inputs, distribution)
+        second = self.checked_round(inputs, distribution)
         if second and not second.startswith(SKIPPED):
             return f"after new values in the same input tensors: {second}"
         return second
 
-    def _checked_round(self, inputs: list[Any], distribution: str) -> str:
-        saved = copies(inputs)  # what the candidate was given; then the reference's inputs
-        reference_state = state_of(self.ref_model)
-        output = self._run(inputs, checked=True)
-        written = changed_input(inputs, saved)
-        if written is not None:
-            raise CandidateProblem(f"ModelNew wrote into input {written}")
-        changed = changed_state(self.ref_model, reference_state)
-        if changed:
-            raise CandidateProblem(f"a ModelNew call changed the reference model's {changed}")
-        expected = self._reference_call("running Model", self.ref_model, saved)
-        self.sizes |= byte_sizes(tensors_of(expected))
+    def checked_round(self, inputs: list[Any], distribution: str) -> str:
+        remote = self.remote
+        assert remote is not None
+        expected = self.reference_call("running Model", self.ref_model, copies(inputs))
         if distribution != KERNELBENCH and not all_finite(expected):
             return f"{SKIPPED}: the reference's own output is not finite on {distribution} inputs"
-        alias = aliased_input(output, inputs)
-        if alias is not None and aliased_input(expected, saved) is None:
+        remote.arena.reset()
+        encoded, staged = remote.stage(inputs)
+        specs, slots = remote.slots(expected)
+        reply = remote.ask({"op": "call", "rounds": [{"inputs": encoded, "slots": specs}]})
+        ops = reply.get("ops", [])
+        if isinstance(ops, list):
+            self.ops |= {str(op)[:100] for op in ops[:1000]}
+        forbidden = forbidden_ran(self.ops, self.settings.forbid)
+        if forbidden:
+            raise CandidateProblem(forbidden)
+        written = changed_input(staged, inputs)
+        if written is not None:
+            raise CandidateProblem(f"ModelNew wrote into input {written}")
+        outputs = reply.get("outputs")
+        if not isinstance(outputs, list) or len(outputs) != 1:
+            raise CandidateProblem("the ModelNew process answered a call without its output")
+        alias = (reply.get("aliases") or [-1])[0]
+        if type(alias) is int and alias >= 0 and aliased_input(expected, inputs) is None:
+            # The runner's own report (a filter): a clone of the input fares as any output.
             raise CandidateProblem(f"ModelNew returned input {alias} (or a view of it)")
+        try:
+            output = remote.output(outputs[0], slots)
+        except _Misplaced as exc:
+            return f"output: on {exc}, the reference's on {self.device}"
         scaled = distribution != KERNELBENCH
         result = compare(output, expected, self.settings.tolerance, scaled=scaled)
         self.max_abs_error = max(self.max_abs_error, result.max_abs_error)
         return result.problem
 
-    def _run(self, inputs: Sequence[Any], *, checked: bool) -> Any:
-        """One forward call of the candidate. Checked calls poison freed memory first (timed
-        ones have it done before their clock starts), record the aten operators, and check the
-        process afterwards."""
-        if not checked:
-            return self._candidate_call("ModelNew", self.cand_model, inputs)
-        self.sizes |= byte_sizes(inputs)
-        poison(self.sizes, self.device, release=True)
-        recorder = OpRecorder()
-        with recorder:
-            output = self._candidate_call("ModelNew", self.cand_model, inputs)
-        self.ops |= recorder.ops
-        forbidden = recorder.forbidden(self.settings.forbid)
-        if forbidden:
-            raise CandidateProblem(f"ModelNew ran {forbidden}, which this problem forbids")
-        self.state.check("a ModelNew call")
-        return output
-
-    def _candidate_call(self, what: str, function: Callable[..., Any], args: Sequence[Any]) -> Any:
-        try:
-            return function(*args)
-        except Exception as exc:  # noqa: BLE001 - the candidate's error is its result
-            raise_if_context_broken(self.device)
-            lines = str(exc).strip().splitlines() or [""]
-            message = f"{what} raised {type(exc).__name__}: {lines[0][:MESSAGE_CHARS]}"
-            raise CandidateProblem(message) from None
-
-    def _reference_call(self, what: str, function: Callable[..., Any], args: Sequence[Any]) -> Any:
+    def reference_call(self, what: str, function: Callable[..., Any], args: Sequence[Any]) -> Any:
         try:
             return function(*args)
         except Exception as exc:  # the user's reference: its bug is reported
             raise_if_context_broken(self.device)
             raise ReferenceFailure(f"{what} raised {type(exc).__name__}: {exc}") from exc
-
-    # -- timing (kb_timing.TimedProblem) ------------------------------------------------------
-
-    def timing(self) -> dict[str, Any]:
-        seed = self.settings.seeds[-1] + TIMING_SEED_OFFSET
-        self.round_random = judge_random(seed, KERNELBENCH, self.device)
-        self.round_inputs = draw_inputs(self.reference, KERNELBENCH, seed, self.round_random)
-        clock = clock_for(self.device)
-        trials, warmup = self.settings.trials, self.settings.warmup
-        ours, eager, wrong = time_against_eager(self, clock, trials=trials, warmup=warmup)
-        if wrong:
-            raise CandidateProblem(wrong)
-        self.state.check("the timed rounds")
-        # One more checked call: a candidate that changes after many calls (an op it may not
-        # run, a cache) shows it here.
-        refill(self.round_inputs, self.reference, KERNELBENCH, self.round_random)
-        after = self._checked_round(self.round_inputs, KERNELBENCH)
-        if after:
-            raise CandidateProblem(f"after the timed rounds: {after}")
-        compiled, why = None, ""
-        if "compile" in self.settings.baselines:
-            key = (self.reference.digest, self.device, _signature(self.round_inputs))
-            compiled, why = time_compiled(
-                key, self.ref_model, self, clock, trials=trials, warmup=warmup
-            )
-        return summary(ours, eager, compiled, why).as_dict()
-
-    def prepare_round(self) -> None:
-        assert self.round_random is not None
-        refill(self.round_inputs, self.reference, KERNELBENCH, self.round_random)
-        self.round_reference_inputs = copies(self.round_inputs)
-        self.round_threads = set(threading.enumerate())
-        poison(self.sizes, self.device)
-
-    def run_candidate(self) -> Any:
-        return self._run(self.round_inputs, checked=False)
-
-    def run_reference(self, model: Callable[..., Any] | None = None) -> Any:
-        module = self.ref_model if model is None else model
-        return self._reference_call("running Model", module, self.round_reference_inputs)
-
-    def check_later(self, held: Any, expected: Any) -> Callable[[], str]:
-        threads = new_threads(self.round_threads)
-        if threads:
-            raise TamperedProcess(f"a timed ModelNew call left a thread running ({threads[0]})")
-        return deferred_check(held, expected, self.settings.tolerance)
-
-
-def _signature(values: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(
-        (tuple(v.shape), str(v.dtype)) if isinstance(v, torch.Tensor) else repr(v) for v in values
-    )

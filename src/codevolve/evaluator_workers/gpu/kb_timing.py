@@ -1,218 +1,245 @@
 """Timing a KernelBench candidate against the eager reference and torch.compile (trusted code).
 
-Only a candidate correct under every distribution is timed. On CUDA everything runs on a
-dedicated judge stream, between CUDA events recorded on it: ``warmup`` rounds first, then
-``trials`` rounds of
+Only a candidate correct under every distribution is timed, and only by the judge's clock: the
+candidate's runner can neither read nor stop it. The runner is stopped (SIGSTOP) whenever it is
+not being timed or asked something. A timed batch:
 
-1. fresh values in the same input tensors (the kernelbench distribution, a fresh seed), clones
-   of them for the reference, the allocator poisoned (kb_watch.poison);
-2. an L2 flush (a buffer of at least twice the L2 written), the candidate between two events,
-   and a copy of its output taken on the stream at once;
-3. a flush, the eager reference between two events;
-4. the copy compared with this round's reference output, on the stream, read after the rounds:
-   a mismatch fails the candidate (a cached output, or work left on another stream that the
-   copy did not wait for).
+1. the judge refills its private input sets with fresh values (the kernelbench distribution,
+   seeds it draws in secret), copies them into the shared arena, poisons the output slots, and
+   on CUDA flushes the L2 (a buffer of at least twice the L2 written) and waits for the device,
+   all while the runner is stopped: no thread of it sees the inputs before the clock starts;
+2. it sends ``go``, reads ``time.perf_counter()``, continues the runner, and reads the clock again
+   when the runner's answer arrives. The runner has called the model on each of the batch's
+   ``K`` input sets, waited for its device, and named its outputs;
+3. it stops the runner again, copies a sample of the outputs (chosen after the answer, two per
+   batch) out of the runner's memory and compares them with the reference's outputs on the same
+   inputs, computed here. A wrong one fails the candidate, so an answer sent before the work
+   was done is caught unless the work ends before the judge's copy runs.
 
-The candidate runs first in each round: while it runs, nothing in the process holds the round's
-answer (no freed reference output for ``torch.empty`` to hand back, no live one for a kernel to
-read by address). On the CPU the clock is ``time.perf_counter`` and there is no flush.
+``K`` (``Session.batch``) makes a batch last about ``BATCH_TARGET_MS`` by the reference's time,
+measured here, so that the fixed cost of a batch (a signal, two socket messages, a device
+synchronisation) stays small beside the calls (docs/security.md states the floor). The
+reference is then timed through the same path, in a runner of its own started after the
+candidate's runner has ended: no candidate process exists while it runs. The ``compile``
+baseline is ``torch.compile`` of the reference in that runner, timed the same way after its
+warm-up batches (where it compiles); it does not depend on the candidate, so its median is kept
+per reference hash, device and input shapes for the life of the process.
 
-The ``compile`` baseline is ``torch.compile`` of the reference instance, timed alone in rounds
-of its own after its warm-up (where it compiles); it does not depend on the candidate, so its
-median is kept per reference hash, device and input shapes for the life of the process.
-Figures are medians in milliseconds, with the candidate's 10th and 90th percentiles.
+Figures are medians per call in milliseconds, with the candidate's 10th and 90th percentiles.
 
 Imported only in the device process and in tests (needs torch).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
+import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from codevolve.core.measurement import quantile
-from codevolve.evaluator_workers.gpu.kb_watch import raise_if_context_broken
+from codevolve.evaluator_workers.gpu.kb_compare import compare
+from codevolve.evaluator_workers.gpu.kb_inputs import (
+    KERNELBENCH,
+    ReferenceFailure,
+    draw_inputs,
+    init_inputs,
+    judge_random,
+    refill,
+)
+from codevolve.evaluator_workers.gpu.kb_judge import Remote, Session
+from codevolve.evaluator_workers.gpu.kb_watch import POISON_BYTE, CandidateProblem, copies
 
 FLUSH_MIN_BYTES = 256 << 20  # the L2 flush writes at least this much, and twice the L2
+CHECKED_PER_BATCH = 2  # timed outputs compared per batch
+TIMING_SEED_OFFSET = 7919  # the timed rounds' generator differs from every checked one
 
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """Medians over the timed rounds, in milliseconds."""
+    """Medians over the timed batches, per call, in milliseconds."""
 
     candidate_ms: float
     eager_ms: float
     compile_ms: float | None
     candidate_p10_ms: float
     candidate_p90_ms: float
-    rounds: int
+    rounds: int  # timed batches
+    batch: int = 1  # calls per batch
     compile_error: str = ""  # why torch.compile of the reference gave no figure
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-class TimedProblem(Protocol):
-    """What the judge provides for the timed rounds."""
-
-    def prepare_round(self) -> None:
-        """Fresh values in the inputs, clones for the reference, the allocator poisoned."""
-
-    def run_candidate(self) -> Any: ...
-
-    def run_reference(self, model: Callable[..., Any] | None = None) -> Any:
-        """The reference instance (or ``model`` in its place) on this round's inputs."""
-
-    def check_later(self, held: Any, expected: Any) -> Callable[[], str]:
-        """Enqueue the comparison of a held output with the reference's; read it later."""
-
-
-class Clock(Protocol):
-    def context(self) -> contextlib.AbstractContextManager[Any]: ...
-    def mark(self) -> Any: ...
-    def flush(self) -> None: ...
-    def settle(self) -> None: ...
-    def elapsed_ms(self, start: Any, end: Any) -> float: ...
-
-
-class CpuClock:
-    def context(self) -> contextlib.AbstractContextManager[Any]:
-        return contextlib.nullcontext()
-
-    def mark(self) -> float:
-        return time.perf_counter()
-
-    def flush(self) -> None:
-        """Nothing: CPU caches are not flushed (the reference and candidate alternate)."""
-
-    def settle(self) -> None:
-        """Nothing to wait for."""
-
-    def elapsed_ms(self, start: float, end: float) -> float:
-        return (end - start) * 1e3
-
-
-class CudaClock:
-    """The judge's stream, its events and the L2 flush buffer."""
-
-    def __init__(self) -> None:
-        l2_bytes = int(torch.cuda.get_device_properties(0).L2_cache_size)
-        flush_bytes = max(FLUSH_MIN_BYTES, 2 * l2_bytes)
-        self._flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
-        self._stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-
-    def context(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.cuda.stream(self._stream)
-
-    def mark(self) -> torch.cuda.Event:
-        event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        event.record(self._stream)
-        return event
-
-    def flush(self) -> None:
-        self._flush.zero_()
-
-    def settle(self) -> None:
-        self._stream.synchronize()
-
-    def elapsed_ms(self, start: torch.cuda.Event, end: torch.cuda.Event) -> float:
-        return float(start.elapsed_time(end))
-
-
 @functools.cache
-def clock_for(device: str) -> Clock:
-    """One clock per device for the process (the flush buffer is allocated once)."""
-    return CudaClock() if device == "cuda" else CpuClock()
+def _flush_buffer() -> torch.Tensor:
+    l2_bytes = int(torch.cuda.get_device_properties(0).L2_cache_size)
+    return torch.empty(max(FLUSH_MIN_BYTES, 2 * l2_bytes) // 4, dtype=torch.int32, device="cuda")
 
 
-def time_against_eager(
-    problem: TimedProblem, clock: Clock, *, trials: int, warmup: int
-) -> tuple[list[float], list[float], str]:
-    """The candidate's and the eager reference's times (ms) per round, and the first round
-    whose output was wrong ("" if none)."""
-    marks = []
-    verdicts = []
-    with clock.context():
-        for _ in range(warmup):
-            problem.prepare_round()
-            problem.run_candidate()
-            problem.run_reference()
-        for _ in range(trials):
-            problem.prepare_round()
-            clock.flush()
-            start = clock.mark()
-            output = problem.run_candidate()
-            end = clock.mark()
-            held = _held(output)  # taken on the stream now: before work elsewhere is waited for
-            clock.flush()
-            ref_start = clock.mark()
-            expected = problem.run_reference()
-            ref_end = clock.mark()
-            verdicts.append(problem.check_later(held, expected))
-            marks.append((start, end, ref_start, ref_end))
-        clock.settle()
-    for index, verdict in enumerate(verdicts):
-        wrong = verdict()
-        if wrong:
-            return [], [], f"timed round {index + 1}: {wrong}"
-    ours = [clock.elapsed_ms(m[0], m[1]) for m in marks]
-    eager = [clock.elapsed_ms(m[2], m[3]) for m in marks]
-    return ours, eager, ""
+class _Batches:
+    """The timed batches' input sets: private here, staged in the arena, named to the runner."""
+
+    def __init__(self, session: Session, remote: Remote) -> None:
+        self.session = session
+        self.remote = remote
+        seed = session.seed + TIMING_SEED_OFFSET
+        self.rng = judge_random(seed, KERNELBENCH, session.device, salt=session.salt)
+        self.sets = [
+            draw_inputs(session.reference, KERNELBENCH, seed, self.rng)
+            for _ in range(session.batch)
+        ]
+        remote.arena.reset()
+        rounds, self.staged, self.slots = [], [], []
+        expected = session.reference_call("running Model", session.ref_model, copies(self.sets[0]))
+        for values in self.sets:
+            encoded, staged = remote.stage(values)
+            specs, slots = remote.slots(expected)  # every set's output has the first one's shape
+            rounds.append({"inputs": encoded, "slots": specs})
+            self.staged.append(staged)
+            self.slots.append(slots)
+        remote.ask({"op": "stage", "rounds": rounds})  # descriptions only: the values come later
+        remote.runner.pause()
+
+    def refill(self) -> None:
+        """Fresh values in the private sets, copied into the arena (the runner is stopped)."""
+        for values, staged in zip(self.sets, self.staged, strict=True):
+            refill(values, self.session.reference, KERNELBENCH, self.rng)
+            for target, source in zip(_tensors(staged), _tensors(values), strict=True):
+                target.copy_(source)
+        for slots in self.slots:
+            for slot in slots:
+                if slot.numel():
+                    slot.view(torch.uint8).fill_(POISON_BYTE)
+        if self.session.device == "cuda":
+            _flush_buffer().zero_()
+            torch.cuda.synchronize()
+
+    def run(self) -> tuple[float, list[Any]]:
+        """One timed batch: milliseconds per call, and the runner's output descriptions."""
+        runner = self.remote.runner
+        runner.send({"op": "go"})
+        start = time.perf_counter()
+        runner.resume()
+        try:
+            reply = _answer(self.remote)
+        finally:
+            end = time.perf_counter()
+            if runner.process.returncode is None:
+                runner.pause()
+        outputs = reply.get("outputs")
+        if not isinstance(outputs, list) or len(outputs) != len(self.sets):
+            raise CandidateProblem(
+                f"the {self.remote.who} process answered a batch without its outputs"
+            )
+        return (end - start) * 1e3 / len(self.sets), outputs
+
+    def check(self, outputs: list[Any], index: int, sampler: random.Random) -> str:
+        """Compare a sample of a batch's outputs with the reference's ("" if right)."""
+        picks = sorted(
+            sampler.sample(range(len(self.sets)), min(CHECKED_PER_BATCH, len(self.sets)))
+        )
+        for pick in picks:
+            output = self.remote.output(outputs[pick], self.slots[pick])
+            expected = self.session.reference_call(
+                "running Model", self.session.ref_model, copies(self.sets[pick])
+            )
+            result = compare(output, expected, self.session.settings.tolerance)
+            if result.problem:
+                return f"timed batch {index + 1}, call {pick + 1}: {result.problem}"
+        return ""
+
+
+def _answer(remote: Remote) -> dict[str, Any]:
+    from codevolve.evaluator_workers.gpu.kb_judge import REQUEST_TIMEOUT_S  # noqa: PLC0415
+    from codevolve.evaluator_workers.gpu.runner_link import RunnerGone  # noqa: PLC0415
+
+    try:
+        reply = remote.runner.receive(REQUEST_TIMEOUT_S)
+    except RunnerGone as exc:
+        raise CandidateProblem(f"the {remote.who} process failed: {exc}") from None
+    if "problem" in reply:
+        raise CandidateProblem(str(reply["problem"])[:2000])
+    return reply
+
+
+def _tensors(values: Any) -> list[torch.Tensor]:
+    from codevolve.evaluator_workers.gpu.shared_tensors import tensors_in  # noqa: PLC0415
+
+    return tensors_in(values)
+
+
+def timed_batches(session: Session, remote: Remote, *, check: bool) -> list[float]:
+    """Milliseconds per call of ``settings.trials`` batches after ``settings.warmup``."""
+    batches = _Batches(session, remote)
+    sampler = random.Random(session.salt)
+    times = []
+    for index in range(session.settings.warmup + session.settings.trials):
+        batches.refill()
+        per_call, outputs = batches.run()
+        if check:
+            wrong = batches.check(outputs, index, sampler)
+            if wrong:
+                raise CandidateProblem(wrong)
+        if index >= session.settings.warmup:
+            times.append(per_call)
+    remote.runner.resume()
+    return times
 
 
 _COMPILED_MS: dict[tuple[Any, ...], float] = {}  # (reference hash, device, shapes) -> median
 
 
-def time_compiled(
-    key: tuple[Any, ...],
-    model: torch.nn.Module,
-    problem: TimedProblem,
-    clock: Clock,
-    *,
-    trials: int,
-    warmup: int,
-) -> tuple[float | None, str]:
-    """The median time (ms) of ``torch.compile(model)`` on the problem's reference inputs, or
-    None and why compiling failed. Cached by ``key`` for the process."""
-    if key in _COMPILED_MS:
-        return _COMPILED_MS[key], ""
-    device = str(key[1])
-    compiled = torch.compile(model)
-    samples = []
+def time_session(session: Session) -> dict[str, Any]:
+    """Time the candidate (its runner), then the reference (a runner of its own)."""
+    remote = session.remote
+    assert remote is not None
+    ours = timed_batches(session, remote, check=True)
+    # One more checked call: a candidate that changes after many calls shows it here.
+    rng = judge_random(
+        session.seed + 2 * TIMING_SEED_OFFSET, KERNELBENCH, session.device, salt=session.salt
+    )
+    after = session.checked_round(
+        draw_inputs(session.reference, KERNELBENCH, session.seed, rng), KERNELBENCH
+    )
+    if after:
+        raise CandidateProblem(f"after the timed rounds: {after}")
+    remote.close()
+    session.remote = None
+    eager, compiled, why = _time_reference(session)
+    return summary(ours, eager, compiled, why, batch=session.batch).as_dict()
+
+
+def _time_reference(session: Session) -> tuple[list[float], float | None, str]:
+    assert session.arena is not None
+    remote = Remote(session.runners.take(), session.arena, session.device, who="Model")
     try:
-        with clock.context():
-            for _ in range(warmup + 1):  # the first call compiles
-                problem.prepare_round()
-                problem.run_reference(compiled)
-            marks = []
-            for _ in range(trials):
-                problem.prepare_round()
-                clock.flush()
-                start = clock.mark()
-                problem.run_reference(compiled)
-                marks.append((start, clock.mark()))
-            clock.settle()
-        samples = [clock.elapsed_ms(start, end) for start, end in marks]
-    except Exception as exc:  # noqa: BLE001 - a baseline that does not compile has no figure
-        raise_if_context_broken(device)
-        return None, f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}"
-    _COMPILED_MS[key] = median(samples)
-    return _COMPILED_MS[key], ""
-
-
-def _held(output: Any) -> Any:
-    if isinstance(output, torch.Tensor):
-        return output.clone()
-    if isinstance(output, tuple | list):
-        held = [v.clone() if isinstance(v, torch.Tensor) else v for v in output]
-        return tuple(held) if isinstance(output, tuple) else held
-    return output
+        try:
+            remote.start(session.reference_source, trusted=True)
+            remote.construct(
+                session.seed, init_inputs(session.reference, session.seed, session.device)
+            )
+            eager = timed_batches(session, remote, check=False)
+        except CandidateProblem as exc:
+            raise ReferenceFailure(f"timing Model: {exc}") from None
+        compiled, why = None, ""
+        if "compile" in session.settings.baselines:
+            key = (session.reference.digest, session.device, session.batch)
+            if key not in _COMPILED_MS:
+                try:
+                    remote.ask({"op": "compile"})
+                    _COMPILED_MS[key] = median(timed_batches(session, remote, check=False))
+                except CandidateProblem as exc:
+                    why = f"torch.compile failed: {str(exc)[:300]}"
+            compiled = _COMPILED_MS.get(key)
+        return eager, compiled, why
+    finally:
+        remote.close()
 
 
 def median(samples: Sequence[float]) -> float:
@@ -220,7 +247,12 @@ def median(samples: Sequence[float]) -> float:
 
 
 def summary(
-    candidate: Sequence[float], eager: Sequence[float], compiled: float | None, compile_error: str
+    candidate: Sequence[float],
+    eager: Sequence[float],
+    compiled: float | None,
+    compile_error: str,
+    *,
+    batch: int = 1,
 ) -> Timing:
     return Timing(
         candidate_ms=median(candidate),
@@ -229,5 +261,6 @@ def summary(
         candidate_p10_ms=quantile(candidate, 0.1),
         candidate_p90_ms=quantile(candidate, 0.9),
         rounds=len(candidate),
+        batch=batch,
         compile_error=compile_error,
     )

@@ -1,0 +1,325 @@
+"""The judge's side of the boundary: starting, talking to, pausing and ending runners.
+
+A :class:`RunnerPool` keeps runners (runner.py) started ahead of need, so the seconds a fresh
+interpreter and a CUDA context take are spent while the previous candidate is judged. Each
+runner serves one program and is then ended: its process group is killed, and where the judge
+runs as root every process of the runner's own uid too (a grandchild that left the group), and
+its scratch folder is removed. Nothing a runner did survives into the next judging.
+
+A runner's replies are size-capped JSON read with a deadline; a runner that breaks the protocol,
+dies or overruns is ended and reported as :class:`RunnerGone`. :meth:`Runner.pause` and
+:meth:`Runner.resume` stop and continue its whole process (SIGSTOP/SIGCONT): the judge stages
+inputs for a timed batch while the runner is stopped, so no thread of it can see them before the
+clock starts.
+
+Imported only in the device process (stdlib, no torch).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from codevolve.evaluator_workers.errors import WorkerError
+
+log = logging.getLogger(__name__)
+
+RUNNER_MODULE = "codevolve.evaluator_workers.gpu.runner"
+HEADER_BYTES = 4
+MAX_REPLY = 4 << 20  # bytes of one reply
+START_TIMEOUT_S = 180.0
+RUNNER_UID_BASE = 230_000  # runners' uids, when the judge runs as root (the CPU sandbox's are
+RUNNER_UIDS = 256  # below 65,536)
+PASSED_ENV = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "TRITON_INTERPRET", "TRITON_PTXAS_PATH")
+SEARCH_PATH = "/usr/local/bin:/usr/bin:/bin"
+_uids = itertools.count()
+
+
+class RunnerGone(WorkerError):
+    """A runner that died, overran its deadline or broke the protocol (it has been ended)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerLimits:
+    tasks: int = 1024  # processes and threads of the uid (a CUDA runner has dozens of threads)
+    open_files: int = 1024
+    file_bytes: int = 1 << 30  # compiled kernels in the scratch folder
+    cpu_s: int = 3600
+    memory_bytes: int = 16 << 30  # address space, on the CPU only
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerSettings:
+    device: str  # "cuda" or "cpu"
+    limits: RunnerLimits = field(default_factory=RunnerLimits)
+    layers: tuple[str, ...] = ("landlock", "seccomp")
+    threads: int = 1  # torch's CPU threads in a CPU runner
+    rules: bool = True  # the source rules (a filter) before a candidate loads; off in tests only
+
+
+class Runner:
+    """One started runner process and its socket."""
+
+    def __init__(self, settings: RunnerSettings) -> None:
+        self.settings = settings
+        self.scratch = tempfile.mkdtemp(prefix="codevolve-runner-")
+        self.uid = _next_uid() if os.geteuid() == 0 else None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock = ours
+        for folder in ("programs", "triton", "home"):
+            os.makedirs(os.path.join(self.scratch, folder), exist_ok=True)
+        if self.uid is not None:
+            for folder, _dirs, _files in os.walk(self.scratch):
+                os.chown(folder, self.uid, self.uid)
+        payload = {
+            "device": settings.device,
+            "scratch": self.scratch,
+            "uid": self.uid,
+            "layers": list(settings.layers),
+            "limits": vars_of(settings.limits),
+            "threads": settings.threads,
+            "rules": settings.rules,
+            "device_files": gpu_device_files() if settings.device == "cuda" else [],
+            "socket_fd": theirs.fileno(),
+        }
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", RUNNER_MODULE, json.dumps(payload)],
+                env=_environment(self.scratch, settings.device),
+                cwd=self.scratch,
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        self.ready_reply: dict[str, Any] | None = None
+
+    @property
+    def pid(self) -> int:
+        return int(self.process.pid)
+
+    def await_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        reply = self.receive(timeout_s)
+        if not reply.get("ready"):
+            raise RunnerGone(f"a runner did not start: {str(reply)[-1500:]}")
+        self.ready_reply = reply
+
+    def request(
+        self, message: dict[str, Any], *, timeout_s: float, fds: Sequence[int] = ()
+    ) -> dict[str, Any]:
+        self.send(message, fds=fds)
+        return self.receive(timeout_s)
+
+    def send(self, message: dict[str, Any], *, fds: Sequence[int] = ()) -> None:
+        body = json.dumps(message, allow_nan=False).encode()
+        data = len(body).to_bytes(HEADER_BYTES, "big") + body
+        try:
+            if fds:
+                socket.send_fds(self._sock, [data[:HEADER_BYTES]], list(fds))
+                data = data[HEADER_BYTES:]
+            self._sock.sendall(data)
+        except OSError as exc:
+            self.end()
+            raise RunnerGone(f"the runner's socket closed: {exc}") from None
+
+    def receive(self, timeout_s: float) -> dict[str, Any]:
+        """The runner's next reply: JSON of at most MAX_REPLY bytes within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        header = self._read(HEADER_BYTES, deadline)
+        size = int.from_bytes(header, "big")
+        if size > MAX_REPLY:
+            self.end()
+            raise RunnerGone(f"a runner's reply of {size} bytes is over the limit")
+        try:
+            reply = json.loads(self._read(size, deadline))
+        except ValueError:
+            self.end()
+            raise RunnerGone("a runner's reply is not JSON") from None
+        if not isinstance(reply, dict):
+            self.end()
+            raise RunnerGone("a runner's reply is not an object")
+        if "fault" in reply:
+            self.end()
+            raise RunnerGone(f"the runner failed: {str(reply['fault'])[-1500:]}")
+        return reply
+
+    def _read(self, size: int, deadline: float) -> bytes:
+        chunks, left = [], size
+        while left:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([self._sock], [], [], wait)[0]:
+                self.end()
+                raise RunnerGone("the runner did not answer in time")
+            chunk = self._sock.recv(min(left, 1 << 20))
+            if not chunk:
+                code = self.process.poll()
+                self.end()
+                raise RunnerGone(f"the runner ended (exit code {code})")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def pause(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def end(self) -> None:
+        """Kill the runner's group and, as root, every process of its uid; reap; clean up."""
+        if self.process.returncode is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait()
+        if self.uid is not None:
+            _kill_uid(self.uid)
+        self._sock.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+class RunnerPool:
+    """Runners started ahead of need, one device's worth (thread-safe)."""
+
+    def __init__(self, settings: RunnerSettings, *, warm: int = 2) -> None:
+        self.settings = settings
+        self._warm = warm
+        self._lock = threading.Lock()
+        self._starting: list[tuple[Runner, threading.Thread]] = []
+
+    def take(self) -> Runner:
+        """A started runner, ready for ``attach``; another one is started behind it."""
+        with self._lock:
+            while len(self._starting) < self._warm + 1:
+                self._starting.append(self._start())
+            runner, thread = self._starting.pop(0)
+        thread.join()
+        if runner.ready_reply is None:
+            runner.end()
+            runner = Runner(self.settings)
+            runner.await_ready()
+        return runner
+
+    def _start(self) -> tuple[Runner, threading.Thread]:
+        runner = Runner(self.settings)
+
+        def wait() -> None:
+            try:
+                runner.await_ready()
+            except RunnerGone as exc:
+                log.warning("a runner failed to start: %s", exc)
+
+        thread = threading.Thread(target=wait, name="runner-start", daemon=True)
+        thread.start()
+        return runner, thread
+
+    def close(self) -> None:
+        with self._lock:
+            starting, self._starting = self._starting, []
+        for runner, thread in starting:
+            thread.join(timeout=START_TIMEOUT_S)
+            runner.end()
+
+
+def vars_of(limits: RunnerLimits) -> dict[str, int]:
+    return {name: getattr(limits, name) for name in RunnerLimits.__dataclass_fields__}
+
+
+def _next_uid() -> int:
+    return RUNNER_UID_BASE + RUNNER_UIDS * (os.getpid() % 4096) + next(_uids) % RUNNER_UIDS
+
+
+def _environment(scratch: str, device: str) -> dict[str, str]:
+    """The runner's whole environment: no variable of the worker's but a few CUDA/Triton ones.
+    On the CPU, Triton's interpreter (the only way its kernels run there)."""
+    package_root = os.path.dirname(
+        os.path.dirname(os.path.abspath(__import__("codevolve").__file__))
+    )
+    env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
+    env.update(
+        PATH=SEARCH_PATH,
+        LANG="C.UTF-8",
+        HOME=os.path.join(scratch, "home"),
+        TMPDIR=scratch,
+        TRITON_CACHE_DIR=os.path.join(scratch, "triton"),
+        PYTHONPATH=package_root,
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+def _kill_uid(uid: int) -> None:
+    """Kill every process of ``uid``: ``kill -KILL -1`` run as that uid reaches no other."""
+    kill = shutil.which("kill", path=SEARCH_PATH)
+    if kill is None:
+        log.warning("no kill command to sweep the processes of uid %d", uid)
+        return
+    try:
+        subprocess.run(
+            [kill, "-KILL", "--", "-1"],
+            user=uid, group=uid, extra_groups=[], env={}, timeout=30, check=False,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("could not sweep the processes of uid %d: %s", uid, exc)
+
+
+def gpu_device_files() -> list[str]:
+    """The device files a runner may open for its GPU: the control and memory ones, and the
+    GPU's own (``/dev/nvidiaN`` with N its minor number) when it can be told from the
+    visible device's UUID; every ``/dev/nvidiaN`` otherwise."""
+    common = [f"/dev/{name}" for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")]
+    gpus = sorted(
+        f"/dev/{name}"
+        for name in _listdir("/dev")
+        if name.startswith("nvidia") and name[6:].isdigit()
+    )
+    minor = _visible_minor()
+    own = [f"/dev/nvidia{minor}"] if minor is not None else gpus
+    return [path for path in common + own if os.path.exists(path)]
+
+
+def _visible_minor() -> int | None:
+    try:
+        import torch  # noqa: PLC0415 - the device process has it
+
+        uuid = str(torch.cuda.get_device_properties(0).uuid)
+    except Exception:  # noqa: BLE001 - no UUID to match: every GPU's file is allowed
+        return None
+    root = "/proc/driver/nvidia/gpus"
+    for bus in _listdir(root):
+        try:
+            with open(os.path.join(root, bus, "information")) as info:
+                text = info.read()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        if uuid.lower() in fields.get("GPU UUID", "").lower():
+            minor = fields.get("Device Minor", "").strip()
+            return int(minor) if minor.isdigit() else None
+    return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
