@@ -342,7 +342,7 @@ def main(argv: list[str]) -> int:
         except BaseException:  # noqa: BLE001 - the runner's own failure: said, then ended
             _send(sock, {"fault": traceback.format_exc()[-2000:]})
             return 1
-        _send(sock, reply)
+        _send(sock, {**reply, "id": message.get("id")})
 
 
 if __name__ == "__main__":

@@ -108,6 +108,7 @@ class Runner:
         finally:
             theirs.close()
         self.ready_reply: dict[str, Any] | None = None
+        self._sent = 0  # requests sent: each reply names the one it answers
 
     @property
     def pid(self) -> int:
@@ -126,7 +127,8 @@ class Runner:
         return self.receive(timeout_s)
 
     def send(self, message: dict[str, Any], *, fds: Sequence[int] = ()) -> None:
-        body = json.dumps(message, allow_nan=False).encode()
+        self._sent += 1
+        body = json.dumps({**message, "id": self._sent}, allow_nan=False).encode()
         data = len(body).to_bytes(HEADER_BYTES, "big") + body
         try:
             if fds:
@@ -156,6 +158,12 @@ class Runner:
         if "fault" in reply:
             self.end()
             raise RunnerGone(f"the runner failed: {str(reply['fault'])[-1500:]}")
+        if reply.get("id") != self._sent and not reply.get("ready"):
+            self.end()
+            raise RunnerGone("a runner's reply does not answer the judge's last request")
+        if select.select([self._sock], [], [], 0)[0] and self.process.poll() is None:
+            self.end()
+            raise RunnerGone("a runner sent more than one reply")
         return reply
 
     def _read(self, size: int, deadline: float) -> bytes:
