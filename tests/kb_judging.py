@@ -7,6 +7,7 @@ from typing import Any
 
 from codevolve.evaluator_workers.gpu.kb_judge import JudgeSettings, judge
 from codevolve.evaluator_workers.gpu.kb_loader import KbLoader
+from codevolve.evaluator_workers.gpu.kb_timing import REFERENCE_RUNNERS
 from codevolve.evaluator_workers.gpu.runner_link import RunnerPool, RunnerSettings
 
 
@@ -20,6 +21,7 @@ class Judges:
         self.rules = True
 
     def close(self) -> None:
+        REFERENCE_RUNNERS.close()
         self.runners.close()
         self.loose.close()
 

@@ -112,7 +112,9 @@ def _wrong(reply: dict[str, Any]) -> None:
 
 
 def test_zeros_for_a_matrix_product_are_wrong(judges: Judges) -> None:
-    reply = judges.judge(MATMUL, _candidate("def forward(self, a, b):\n    return a.new_zeros(32, 16)\n"))
+    reply = judges.judge(
+        MATMUL, _candidate("def forward(self, a, b):\n    return a.new_zeros(32, 16)\n")
+    )
     _wrong(reply)
 
 
@@ -138,7 +140,9 @@ def test_replacing_a_library_function_through_a_foreign_self_changes_only_its_ow
     judges: Judges,
 ) -> None:
     top = 'object.__setattr__(torch, "relu", lambda x: x * 0)\n'
-    _wrong(judges.judge(RELU, _candidate("def forward(self, x):\n    return torch.relu(x)\n", top=top)))
+    _wrong(
+        judges.judge(RELU, _candidate("def forward(self, x):\n    return torch.relu(x)\n", top=top))
+    )
 
 
 def test_predicting_the_inputs_from_the_seed_it_was_built_under_fails(judges: Judges) -> None:
@@ -224,10 +228,13 @@ def test_a_forbidden_operator_reached_through_a_sibling_is_refused(judges: Judge
 
 
 @pytest.mark.parametrize(
-    "call", ["F.linear(a, b.t())", "torch.einsum('ik,kj->ij', a, b)", "torch.bmm(a[None], b[None])[0]"]
+    "call",
+    ["F.linear(a, b.t())", "torch.einsum('ik,kj->ij', a, b)", "torch.bmm(a[None], b[None])[0]"],
 )
 def test_other_routes_to_a_forbidden_product_are_refused(judges: Judges, call: str) -> None:
-    reply = judges.judge(MATMUL, _candidate(f"def forward(self, a, b):\n    return {call}\n"), forbid=["aten.mm"])
+    reply = judges.judge(
+        MATMUL, _candidate(f"def forward(self, a, b):\n    return {call}\n"), forbid=["aten.mm"]
+    )
     assert "which this problem forbids" in reply["problem"] and not reply["correct"], reply
 
 
@@ -446,7 +453,9 @@ def test_nothing_carries_from_one_judging_to_the_next(judges: Judges) -> None:
 def test_exiting_the_process_fails_only_the_candidate(judges: Judges) -> None:
     reply = judges.judge(RELU, _candidate("def forward(self, x):\n    mod('os')._exit(0)\n"))
     assert "the ModelNew process failed" in reply["problem"] and not reply["correct"], reply
-    assert judges.judge(RELU, _candidate("def forward(self, x):\n    return torch.relu(x)\n"))["correct"]
+    assert judges.judge(RELU, _candidate("def forward(self, x):\n    return torch.relu(x)\n"))[
+        "correct"
+    ]
 
 
 def test_a_memory_blow_up_fails_only_the_candidate(judges: Judges) -> None:

@@ -18,8 +18,7 @@ torch = pytest.importorskip("torch")
 
 from codevolve.evaluator_workers.gpu.device_process import DeviceProcess  # noqa: E402
 from codevolve.evaluator_workers.gpu.kb_jobs import KbJobError, settings_from  # noqa: E402
-from codevolve.evaluator_workers.gpu.kb_judge import JudgeSettings, judge  # noqa: E402
-from codevolve.evaluator_workers.gpu.kb_loader import KbLoader  # noqa: E402
+from codevolve.evaluator_workers.gpu.kb_judge import JudgeSettings  # noqa: E402
 from tests.kb_judging import Judges  # noqa: E402
 from tests.kernelbench_programs import TRITON_RELU  # noqa: E402
 

@@ -79,6 +79,10 @@ def _runners() -> RunnerPool:
 
 
 def shutdown() -> None:
+    """End the runners this process started: the reference timers', then the pool's."""
+    from codevolve.evaluator_workers.gpu.kb_timing import REFERENCE_RUNNERS
+
+    REFERENCE_RUNNERS.close()
     if _runners.cache_info().currsize:
         _runners().close()
 

@@ -78,8 +78,8 @@ BASELINES = ("eager", "compile")
 REQUEST_TIMEOUT_S = 300.0  # one request to a runner: a first call may compile its kernels
 # A timed batch runs at least this long, where memory allows: on CUDA a few times the batch's
 # fixed cost (docs/security.md); on the CPU well above a busy machine's scheduling delays.
-BATCH_TARGET_MS = {"cuda": 2.0, "cpu": 50.0}
-MAX_BATCH = 256  # calls in one timed batch
+BATCH_TARGET_MS = {"cuda": 2.0, "cpu": 10.0}
+MAX_BATCH = {"cuda": 256, "cpu": 16}  # calls in one timed batch (each on fresh inputs)
 ARENA_CAP = {"cuda": 4 << 30, "cpu": 1 << 30}  # bytes of staged batches (one set always fits)
 
 
@@ -129,7 +129,7 @@ def judge(
             session.check()
             seconds["check"], mark = _since(mark)
             if settings.time and session.correct():
-                from codevolve.evaluator_workers.gpu.kb_timing import time_session  # noqa: PLC0415
+                from codevolve.evaluator_workers.gpu.kb_timing import time_session
 
                 reply["timing"] = time_session(session)
                 seconds["time"], mark = _since(mark)
@@ -265,10 +265,13 @@ class Remote:
         except SharingError as exc:
             raise CandidateProblem(f"{self.who}'s output: {exc}") from None
 
-    def close(self) -> None:
+    def close(self, *, arena: bool = False) -> None:
+        """End the runner (and close the arena too, where this remote owns it)."""
         if self.imports is not None:
             self.imports.close()
         self.runner.end()
+        if arena:
+            self.arena.close()
 
 
 class _Misplaced(Exception):
@@ -276,7 +279,7 @@ class _Misplaced(Exception):
 
 
 def _meta(spec: dict[str, Any]) -> torch.Tensor:
-    from codevolve.evaluator_workers.gpu.shared_tensors import DTYPES  # noqa: PLC0415
+    from codevolve.evaluator_workers.gpu.shared_tensors import DTYPES
 
     shape, dtype = spec.get("shape"), DTYPES.get(str(spec.get("dtype")))
     if not isinstance(shape, list) or dtype is None or not all(type(n) is int for n in shape):
@@ -386,7 +389,8 @@ class Session:
         took_ms = max((self._clock() - started) * 1e3, 1e-3)
         one_set = byte_count(inputs) + (byte_count(expected) if self.device == "cpu" else 0)
         cap = ARENA_CAP[self.device]
-        self.batch = max(1, min(MAX_BATCH, math.ceil(BATCH_TARGET_MS[self.device] / took_ms), cap // one_set))
+        target = math.ceil(BATCH_TARGET_MS[self.device] / took_ms)
+        self.batch = max(1, min(MAX_BATCH[self.device], target, cap // one_set))
         size = max(self.batch * one_set, byte_count(init) + one_set)
         self.arena = Arena.create(size, self.device)
         self.remote = Remote(self.runners.take(), self.arena, self.device, who="ModelNew")

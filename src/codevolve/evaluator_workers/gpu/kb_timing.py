@@ -53,6 +53,7 @@ from codevolve.evaluator_workers.gpu.kb_inputs import (
 )
 from codevolve.evaluator_workers.gpu.kb_judge import Remote, Session
 from codevolve.evaluator_workers.gpu.kb_watch import POISON_BYTE, CandidateProblem, copies
+from codevolve.evaluator_workers.gpu.shared_tensors import Arena
 
 FLUSH_MIN_BYTES = 256 << 20  # the L2 flush writes at least this much, and twice the L2
 CHECKED_PER_BATCH = 2  # timed outputs compared per batch
@@ -130,7 +131,7 @@ class _Batches:
             reply = _answer(self.remote)
         finally:
             end = time.perf_counter()
-            if runner.process.returncode is None:
+            if runner.alive():
                 runner.pause()
         outputs = reply.get("outputs")
         if not isinstance(outputs, list) or len(outputs) != len(self.sets):
@@ -156,8 +157,8 @@ class _Batches:
 
 
 def _answer(remote: Remote) -> dict[str, Any]:
-    from codevolve.evaluator_workers.gpu.kb_judge import REQUEST_TIMEOUT_S  # noqa: PLC0415
-    from codevolve.evaluator_workers.gpu.runner_link import RunnerGone  # noqa: PLC0415
+    from codevolve.evaluator_workers.gpu.kb_judge import REQUEST_TIMEOUT_S
+    from codevolve.evaluator_workers.gpu.runner_link import RunnerGone
 
     try:
         reply = remote.runner.receive(REQUEST_TIMEOUT_S)
@@ -169,7 +170,7 @@ def _answer(remote: Remote) -> dict[str, Any]:
 
 
 def _tensors(values: Any) -> list[torch.Tensor]:
-    from codevolve.evaluator_workers.gpu.shared_tensors import tensors_in  # noqa: PLC0415
+    from codevolve.evaluator_workers.gpu.shared_tensors import tensors_in
 
     return tensors_in(values)
 
@@ -215,31 +216,79 @@ def time_session(session: Session) -> dict[str, Any]:
     return summary(ours, eager, compiled, why, batch=session.batch).as_dict()
 
 
-def _time_reference(session: Session) -> tuple[list[float], float | None, str]:
-    assert session.arena is not None
-    remote = Remote(session.runners.take(), session.arena, session.device, who="Model")
-    try:
+class _ReferenceRunners:
+    """Runners that time references, kept across judgings: each holds one reference, built
+    under one seed, with its own arena, and never a candidate. Reusing them spares a process
+    start per judging; the few most recent are kept."""
+
+    KEEP = 4
+
+    def __init__(self) -> None:
+        self._remotes: dict[tuple[Any, ...], Remote] = {}
+
+    def get(self, session: Session) -> Remote:
+        key = (
+            session.reference.digest,
+            session.seed,
+            session.device,
+            session.batch,
+            id(session.runners),
+        )
+        remote = self._remotes.pop(key, None)
+        if remote is None or not remote.runner.alive():
+            remote = self._start(session)
+        self._remotes[key] = remote  # the most recent last
+        while len(self._remotes) > self.KEEP:
+            self._remotes.pop(next(iter(self._remotes))).close(arena=True)
+        return remote
+
+    def _start(self, session: Session) -> Remote:
+        assert session.arena is not None
+        arena = Arena.create(session.arena.raw.numel(), session.device)
+        remote = Remote(session.runners.take(), arena, session.device, who="Model")
         try:
             remote.start(session.reference_source, trusted=True)
             remote.construct(
                 session.seed, init_inputs(session.reference, session.seed, session.device)
             )
-            eager = timed_batches(session, remote, check=False)
-        except CandidateProblem as exc:
-            raise ReferenceFailure(f"timing Model: {exc}") from None
-        compiled, why = None, ""
-        if "compile" in session.settings.baselines:
-            key = (session.reference.digest, session.device, session.batch)
-            if key not in _COMPILED_MS:
-                try:
-                    remote.ask({"op": "compile"})
-                    _COMPILED_MS[key] = median(timed_batches(session, remote, check=False))
-                except CandidateProblem as exc:
-                    why = f"torch.compile failed: {str(exc)[:300]}"
-            compiled = _COMPILED_MS.get(key)
-        return eager, compiled, why
-    finally:
-        remote.close()
+        except BaseException:
+            remote.close(arena=True)
+            raise
+        return remote
+
+    def drop(self, session: Session) -> None:
+        for key in [k for k in self._remotes if k[0] == session.reference.digest]:
+            self._remotes.pop(key).close(arena=True)
+
+    def close(self) -> None:
+        while self._remotes:
+            self._remotes.popitem()[1].close(arena=True)
+
+
+REFERENCE_RUNNERS = _ReferenceRunners()
+
+
+def _time_reference(session: Session) -> tuple[list[float], float | None, str]:
+    try:
+        remote = REFERENCE_RUNNERS.get(session)
+        eager = timed_batches(session, remote, check=False)
+    except CandidateProblem as exc:
+        REFERENCE_RUNNERS.drop(session)
+        raise ReferenceFailure(f"timing Model: {exc}") from None
+    compiled, why = None, ""
+    if "compile" in session.settings.baselines:
+        key = (session.reference.digest, session.device, session.batch)
+        if key not in _COMPILED_MS:
+            try:
+                remote.ask({"op": "compile"})
+                _COMPILED_MS[key] = median(timed_batches(session, remote, check=False))
+            except CandidateProblem as exc:
+                lines = str(exc).strip().splitlines() or [""]
+                why = f"torch.compile failed: {lines[-1][:300]}"
+            finally:
+                REFERENCE_RUNNERS.drop(session)  # compiled: its eager model is gone
+        compiled = _COMPILED_MS.get(key)
+    return eager, compiled, why
 
 
 def median(samples: Sequence[float]) -> float:

@@ -34,6 +34,7 @@ import resource
 import signal
 import socket
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -80,11 +81,11 @@ class _Runner:
     """The runner's state: its device, its arena, its program and model."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
-        import torch  # noqa: PLC0415 - after the environment is set: torch reads it
+        import torch
 
-        from codevolve.evaluator_workers.gpu import shared_tensors  # noqa: PLC0415
-        from codevolve.evaluator_workers.gpu.kb_loader import KbLoader  # noqa: PLC0415
-        from codevolve.evaluator_workers.gpu.kb_watch import OpRecorder  # noqa: PLC0415
+        from codevolve.evaluator_workers.gpu import shared_tensors
+        from codevolve.evaluator_workers.gpu.kb_loader import KbLoader
+        from codevolve.evaluator_workers.gpu.kb_watch import OpRecorder
 
         self.torch, self.shared, self.recorder_class = torch, shared_tensors, OpRecorder
         self.settings = settings
@@ -101,7 +102,7 @@ class _Runner:
             torch.zeros(4, device=self.device).add_(1).sum()
         self.loader = KbLoader(Path(self.scratch) / "programs")
         if not settings.get("rules", True):  # tests: what the judge catches behind the rules
-            from codevolve.evaluator_workers.gpu import kb_loader  # noqa: PLC0415
+            from codevolve.evaluator_workers.gpu import kb_loader
 
             kb_loader.check_model_new = lambda source: ""  # type: ignore[assignment]
         self.arena: Any = None
@@ -115,7 +116,7 @@ class _Runner:
     # -- the cage -------------------------------------------------------------------------
 
     def enter_cage(self) -> None:
-        from codevolve.evaluator_workers import _confine  # noqa: PLC0415
+        from codevolve.evaluator_workers import _confine
 
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         parent = os.getppid()
@@ -249,7 +250,9 @@ class _Runner:
         ]
         reply: dict[str, Any] = {"outputs": results}
         if recorder is not None:
-            reply["aliases"] = [self._alias(o, args) for o, (args, _) in zip(outputs, self.staged, strict=True)]
+            reply["aliases"] = [
+                self._alias(o, args) for o, (args, _) in zip(outputs, self.staged, strict=True)
+            ]
         return reply
 
     def _alias(self, output: Any, args: list[Any]) -> int:
@@ -307,14 +310,13 @@ class _Problem(Exception):
 
 
 def _lower(kind: int, value: int) -> None:
-    soft, hard = resource.getrlimit(kind)
+    _soft, hard = resource.getrlimit(kind)
     value = value if hard == resource.RLIM_INFINITY else min(value, hard)
     resource.setrlimit(kind, (value, value))
 
 
-def main(argv: list[str]) -> int:
-    settings = json.loads(argv[1])
-    sock = socket.socket(fileno=int(settings["socket_fd"]))
+def serve(sock: socket.socket, settings: dict[str, Any]) -> int:
+    """A runner's life: prepare the device, say ready, answer requests until the socket closes."""
     try:
         runner = _Runner(settings)
     except BaseException:  # noqa: BLE001 - a runner that cannot start says why, then ends
@@ -343,6 +345,58 @@ def main(argv: list[str]) -> int:
             _send(sock, {"fault": traceback.format_exc()[-2000:]})
             return 1
         _send(sock, {**reply, "id": message.get("id")})
+
+
+def zygote(control: socket.socket) -> int:
+    """The runners' parent: imports torch and the runner's modules once, then forks a runner
+    for each request (its socket comes with the request), so a runner costs a fork, not an
+    interpreter start. It never touches a device (a CUDA context does not survive a fork: each
+    runner makes its own) and never runs a program."""
+    import torch  # the import a fork then shares
+
+    from codevolve.evaluator_workers import _confine  # noqa: F401 - imported before any fork
+    from codevolve.evaluator_workers.gpu import kb_loader, kb_watch, shared_tensors  # noqa: F401
+
+    with kb_watch.OpRecorder():  # its first use imports torch's dispatch machinery: seconds
+        torch.zeros(4).add_(1).sum()
+    del torch
+    _send(control, {"ready": True})
+    while True:
+        while True:  # reap ended runners
+            try:
+                pid, _status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        message, fds = _receive(control)
+        if message is None:
+            return 0
+        if len(fds) != 1:
+            return 1
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                control.close()
+                os.setsid()
+                settings = dict(message)
+                os.environ.update(settings.pop("environment"))
+                tempfile.tempdir = None  # the zygote's answer was cached: ask again
+                os.chdir(settings["scratch"])
+                status = serve(socket.socket(fileno=fds[0]), settings)
+            finally:
+                os._exit(status)
+        os.close(fds[0])
+        _send(control, {"pid": pid})
+
+
+def main(argv: list[str]) -> int:
+    settings = json.loads(argv[1])
+    sock = socket.socket(fileno=int(settings["socket_fd"]))
+    if settings.get("zygote"):
+        return zygote(sock)
+    return serve(sock, settings)
 
 
 if __name__ == "__main__":

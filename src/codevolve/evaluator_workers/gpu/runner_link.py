@@ -17,6 +17,7 @@ Imported only in the device process (stdlib, no torch).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -71,10 +72,84 @@ class RunnerSettings:
     rules: bool = True  # the source rules (a filter) before a candidate loads; off in tests only
 
 
+class Zygote:
+    """The process that forks runners (runner.py's ``zygote``): torch imported once, no
+    device touched, no program run. Trusted: it runs only this package's code."""
+
+    def __init__(self, settings: RunnerSettings) -> None:
+        self.settings = settings
+        self.home = tempfile.mkdtemp(prefix="codevolve-zygote-")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock = ours
+        self._lock = threading.Lock()
+        payload = {"zygote": True, "socket_fd": theirs.fileno()}
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", RUNNER_MODULE, json.dumps(payload)],
+                env=_environment(self.home, settings.device),
+                cwd=self.home,
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        self._ready = False
+
+    def fork(self, sock: socket.socket, settings: dict[str, Any]) -> int:
+        """A new runner serving ``sock`` with ``settings``: its pid."""
+        with self._lock:
+            if not self._ready:
+                if self._reply(START_TIMEOUT_S).get("ready") is not True:
+                    raise RunnerGone("the runners' zygote did not start")
+                self._ready = True
+            body = json.dumps(settings).encode()
+            try:
+                socket.send_fds(
+                    self._sock, [len(body).to_bytes(HEADER_BYTES, "big")], [sock.fileno()]
+                )
+                self._sock.sendall(body)
+            except OSError as exc:
+                raise RunnerGone(f"the runners' zygote is gone: {exc}") from None
+            pid = self._reply(30.0).get("pid")
+        if type(pid) is not int or pid <= 0:
+            raise RunnerGone("the runners' zygote did not fork")
+        return pid
+
+    def _reply(self, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        data = b""
+        while len(data) < HEADER_BYTES or len(data) < HEADER_BYTES + int.from_bytes(
+            data[:HEADER_BYTES], "big"
+        ):
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([self._sock], [], [], wait)[0]:
+                raise RunnerGone("the runners' zygote did not answer in time")
+            chunk = self._sock.recv(1 << 16)
+            if not chunk:
+                raise RunnerGone(f"the runners' zygote ended (exit code {self.process.poll()})")
+            data += chunk
+        reply = json.loads(data[HEADER_BYTES:])
+        return reply if isinstance(reply, dict) else {}
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        self._sock.close()  # the zygote ends at the end of its socket; its runners with it
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
 class Runner:
     """One started runner process and its socket."""
 
-    def __init__(self, settings: RunnerSettings) -> None:
+    def __init__(self, settings: RunnerSettings, zygote: Zygote) -> None:
         self.settings = settings
         self.scratch = tempfile.mkdtemp(prefix="codevolve-runner-")
         self.uid = _next_uid() if os.geteuid() == 0 else None
@@ -94,17 +169,16 @@ class Runner:
             "threads": settings.threads,
             "rules": settings.rules,
             "device_files": gpu_device_files() if settings.device == "cuda" else [],
-            "socket_fd": theirs.fileno(),
+            "environment": _scratch_environment(self.scratch),
         }
+        self._pid = 0
+        self._ended = False
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", RUNNER_MODULE, json.dumps(payload)],
-                env=_environment(self.scratch, settings.device),
-                cwd=self.scratch,
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            self._pid = zygote.fork(theirs, payload)
+        except RunnerGone:
+            ours.close()
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise
         finally:
             theirs.close()
         self.ready_reply: dict[str, Any] | None = None
@@ -112,7 +186,17 @@ class Runner:
 
     @property
     def pid(self) -> int:
-        return int(self.process.pid)
+        return self._pid
+
+    def alive(self) -> bool:
+        """Running (or stopped), not ended: a zombie waiting for the zygote counts as ended."""
+        if self._ended:
+            return False
+        try:
+            with open(f"/proc/{self._pid}/stat") as stat:
+                return not stat.read().rsplit(") ", 1)[1].startswith(("Z", "X"))
+        except (OSError, IndexError):
+            return False
 
     def await_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         reply = self.receive(timeout_s)
@@ -161,7 +245,7 @@ class Runner:
         if reply.get("id") != self._sent and not reply.get("ready"):
             self.end()
             raise RunnerGone("a runner's reply does not answer the judge's last request")
-        if select.select([self._sock], [], [], 0)[0] and self.process.poll() is None:
+        if select.select([self._sock], [], [], 0)[0] and self.alive():
             self.end()
             raise RunnerGone("a runner sent more than one reply")
         return reply
@@ -175,9 +259,8 @@ class Runner:
                 raise RunnerGone("the runner did not answer in time")
             chunk = self._sock.recv(min(left, 1 << 20))
             if not chunk:
-                code = self.process.poll()
                 self.end()
-                raise RunnerGone(f"the runner ended (exit code {code})")
+                raise RunnerGone("the runner ended")
             chunks.append(chunk)
             left -= len(chunk)
         return b"".join(chunks)
@@ -190,12 +273,14 @@ class Runner:
 
     def end(self) -> None:
         """Kill the runner's group and, as root, every process of its uid; reap; clean up."""
-        if self.process.returncode is None:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.process.wait()
+        if self._ended:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        self._ended = True
         if self.uid is not None:
             _kill_uid(self.uid)
         self._sock.close()
@@ -210,6 +295,14 @@ class RunnerPool:
         self._warm = warm
         self._lock = threading.Lock()
         self._starting: list[tuple[Runner, threading.Thread]] = []
+        self._zygote: Zygote | None = None
+
+    def _fork(self) -> Runner:
+        if self._zygote is None or not self._zygote.alive:
+            if self._zygote is not None:
+                self._zygote.close()
+            self._zygote = Zygote(self.settings)
+        return Runner(self.settings, self._zygote)
 
     def take(self) -> Runner:
         """A started runner, ready for ``attach``; another one is started behind it."""
@@ -220,12 +313,13 @@ class RunnerPool:
         thread.join()
         if runner.ready_reply is None:
             runner.end()
-            runner = Runner(self.settings)
+            with self._lock:
+                runner = self._fork()
             runner.await_ready()
         return runner
 
     def _start(self) -> tuple[Runner, threading.Thread]:
-        runner = Runner(self.settings)
+        runner = self._fork()
 
         def wait() -> None:
             try:
@@ -243,6 +337,9 @@ class RunnerPool:
         for runner, thread in starting:
             thread.join(timeout=START_TIMEOUT_S)
             runner.end()
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
 
 
 def vars_of(limits: RunnerLimits) -> dict[str, int]:
@@ -253,6 +350,16 @@ def _next_uid() -> int:
     return RUNNER_UID_BASE + RUNNER_UIDS * (os.getpid() % 4096) + next(_uids) % RUNNER_UIDS
 
 
+def _scratch_environment(scratch: str) -> dict[str, str]:
+    """What a runner's environment says of its own scratch folder."""
+    return {
+        "HOME": os.path.join(scratch, "home"),
+        "TMPDIR": scratch,
+        "TRITON_CACHE_DIR": os.path.join(scratch, "triton"),
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(scratch, "inductor"),
+    }
+
+
 def _environment(scratch: str, device: str) -> dict[str, str]:
     """The runner's whole environment: no variable of the worker's but a few CUDA/Triton ones.
     On the CPU, Triton's interpreter (the only way its kernels run there)."""
@@ -261,11 +368,9 @@ def _environment(scratch: str, device: str) -> dict[str, str]:
     )
     env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
     env.update(
+        _scratch_environment(scratch),
         PATH=SEARCH_PATH,
         LANG="C.UTF-8",
-        HOME=os.path.join(scratch, "home"),
-        TMPDIR=scratch,
-        TRITON_CACHE_DIR=os.path.join(scratch, "triton"),
         PYTHONPATH=package_root,
         PYTHONDONTWRITEBYTECODE="1",
     )
@@ -307,7 +412,7 @@ def gpu_device_files() -> list[str]:
 
 def _visible_minor() -> int | None:
     try:
-        import torch  # noqa: PLC0415 - the device process has it
+        import torch
 
         uuid = str(torch.cuda.get_device_properties(0).uuid)
     except Exception:  # noqa: BLE001 - no UUID to match: every GPU's file is allowed

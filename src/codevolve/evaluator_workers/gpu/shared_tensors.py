@@ -23,6 +23,7 @@ Imported in the device process and in runners (needs torch).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -279,10 +280,8 @@ class Arena:
 
 
 def _close_cpu(fd: int) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.close(fd)
-    except OSError:
-        pass
 
 
 # ----------------------------------------------------------------------------- values

@@ -1,0 +1,156 @@
+"""The KernelBench judge on a real GPU: the candidate in a caged runner with its own CUDA
+context, inputs handed over by CUDA IPC, outputs read from the runner's memory, the clock in the
+judge. Skipped without torch, Triton or a CUDA device; run with ``pytest -m gpu tests/gpu``.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from codevolve.evaluator_workers.gpu.kb_judge import JudgeSettings, judge  # noqa: E402
+from codevolve.evaluator_workers.gpu.kb_loader import KbLoader  # noqa: E402
+from codevolve.evaluator_workers.gpu.kb_timing import REFERENCE_RUNNERS  # noqa: E402
+from codevolve.evaluator_workers.gpu.runner_link import RunnerPool, RunnerSettings  # noqa: E402
+from tests.kernelbench_programs import TRITON_RELU  # noqa: E402
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+
+
+def _reference(forward: str, inputs: str) -> str:
+    return (
+        f"{HEAD}class Model(nn.Module):\n    def forward(self, *xs):\n        return {forward}\n\n"
+        f"def get_inputs():\n    return {inputs}\n\ndef get_init_inputs():\n    return []\n"
+    )
+
+
+def _candidate(body: str, top: str = "") -> str:
+    return (
+        HEAD
+        + textwrap.dedent(top)
+        + "\nclass ModelNew(nn.Module):\n"
+        + textwrap.indent(textwrap.dedent(body), "    ")
+    )
+
+
+RELU = _reference("torch.relu(xs[0])", "[torch.rand(4096, 4096)]")
+MATMUL = _reference(
+    "torch.matmul(xs[0], xs[1])", "[torch.randn(1024, 1024), torch.randn(1024, 1024)]"
+)
+
+
+@pytest.fixture(scope="module")
+def pools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    loose = RunnerPool(RunnerSettings(device="cuda", rules=False), warm=1)
+    strict = RunnerPool(RunnerSettings(device="cuda"), warm=1)
+    yield {
+        "loader": KbLoader(tmp_path_factory.mktemp("kb-gpu"), environ={}),
+        "loose": loose,
+        "strict": strict,
+    }
+    REFERENCE_RUNNERS.close()
+    loose.close()
+    strict.close()
+
+
+def _judge(
+    pools: dict[str, Any], reference: str, candidate: str, *, rules: bool = True, **settings: Any
+) -> dict[str, Any]:
+    fields = {"trials": 10, "warmup": 2, **settings}
+    for key in ("seeds", "distributions", "forbid", "baselines"):
+        if key in fields:
+            fields[key] = tuple(fields[key])
+    runners = pools["strict"] if rules else pools["loose"]
+    return judge(
+        reference,
+        candidate,
+        JudgeSettings(**fields),
+        device="cuda",
+        loader=pools["loader"],
+        runners=runners,
+    )
+
+
+def test_a_triton_candidate_passes_in_its_own_process_and_is_timed(pools: dict[str, Any]) -> None:
+    reply = _judge(pools, RELU, TRITON_RELU)
+    assert reply["correct"], reply
+    timing = reply["timing"]
+    assert timing["candidate_ms"] > 0 and timing["eager_ms"] > 0 and timing["batch"] >= 1
+    assert reply["isolation"]["seccomp"], reply["isolation"]
+    print("isolation:", reply["isolation"], "timing:", timing)
+
+
+def test_zeros_for_a_matrix_product_are_wrong(pools: dict[str, Any]) -> None:
+    reply = _judge(
+        pools, MATMUL, _candidate("def forward(self, a, b):\n    return a @ b * 0\n"), time=False
+    )
+    assert not reply["correct"] and "elements wrong" in reply["verdicts"]["kernelbench"], reply
+
+
+def test_tf32_switched_on_in_its_process_does_not_reach_the_reference(
+    pools: dict[str, Any],
+) -> None:
+    # In one process the switch lowered the reference's precision too, and both agreed.
+    top = "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True\n"
+    reply = _judge(
+        pools,
+        MATMUL,
+        _candidate("def forward(self, a, b):\n    return a @ b\n", top),
+        rules=False,
+        time=False,
+    )
+    assert not reply["correct"], reply
+    assert not torch.backends.cuda.matmul.allow_tf32
+
+
+HEAVY = """
+def forward(self, a, b):
+    out = a @ b
+    for _ in range(40):
+        out = torch.tanh(out @ b) * 0 + a @ b
+    return out
+"""
+
+
+def test_an_answer_sent_before_the_gpu_work_ends_gains_nothing(pools: dict[str, Any]) -> None:
+    honest = _judge(pools, MATMUL, _candidate(HEAVY), rules=False, distributions=["kernelbench"])
+    assert honest["correct"], honest
+    # No synchronisation: the runner answers while its kernels still run.
+    top = "torch.cuda.synchronize = lambda *args, **kwargs: None\n"
+    early = _judge(
+        pools, MATMUL, _candidate(HEAVY, top), rules=False, distributions=["kernelbench"]
+    )
+    print("honest:", honest["timing"], "early:", early["timing"], early["problem"])
+    if early["correct"]:
+        assert early["timing"]["candidate_ms"] > 0.8 * honest["timing"]["candidate_ms"], (
+            honest,
+            early,
+        )
+
+
+def test_a_forbidden_operator_through_a_sibling_is_refused(pools: dict[str, Any]) -> None:
+    candidate = _candidate("def forward(self, a, b):\n    return F.linear(a, b.t())\n")
+    reply = _judge(pools, MATMUL, candidate, time=False, forbid=["aten.mm"])
+    assert "which this problem forbids" in reply["problem"], reply
+
+
+def test_the_runner_sees_one_gpu_and_no_secret(pools: dict[str, Any]) -> None:
+    body = """
+    def forward(self, x):
+        env = sorted(torch.sys.modules["os"].environ)
+        raise RuntimeError(f"gpus={torch.cuda.device_count()} env={' '.join(env)}")
+    """
+    reply = _judge(pools, RELU, _candidate(body), rules=False, time=False)
+    assert "gpus=1" in reply["problem"], reply
+    assert "CODEVOLVE" not in reply["problem"].split("env=", 1)[1], reply
