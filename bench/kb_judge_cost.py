@@ -63,9 +63,10 @@ def main() -> None:
                 reply["problem"],
                 reply["verdicts"],
             )
+        median, mean = statistics.median(seconds), statistics.mean(seconds)
         print(
-            f"{args.device} timed={timed}: {len(seconds)} candidates, median "
-            f"{statistics.median(seconds):.3f} s, mean {statistics.mean(seconds):.3f} s per candidate"
+            f"{args.device} timed={timed}: {len(seconds)} candidates, median {median:.3f} s, "
+            f"mean {mean:.3f} s per candidate"
         )
     getattr(kb_jobs, "shutdown", lambda: None)()  # older trees had none
 

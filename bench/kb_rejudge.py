@@ -59,18 +59,17 @@ def main() -> None:
             "isolation": reply.get("isolation"),
         }
         results.append(result)
-        stored = row["speedup_eager"]
+        stored = "-" if row["speedup_eager"] is None else f"{row['speedup_eager']:.3f}"
+        new = "-" if speedup is None else f"{speedup:.3f}"
         print(
-            f"{row['problem'][:38]:<38} stored {stored if stored is None else round(stored, 3)!s:>6} "
-            f"new {'-' if speedup is None else round(speedup, 3)!s:>6} correct={reply['correct']} "
-            f"batch={timing.get('batch')} {result['seconds']:.1f}s {result['problem_text'][:80]}",
+            f"{row['problem'][:38]:<38} stored {stored:>6} new {new:>6} "
+            f"correct={reply['correct']} batch={timing.get('batch')} "
+            f"{result['seconds']:.1f}s {result['problem_text'][:80]}",
             flush=True,
         )
     fast = sum(1 for r in results if r["correct"] and r["speedup"] and r["speedup"] > 1.0)
     stored_fast = sum(1 for r in results if r["stored_speedup"] and r["stored_speedup"] > 1.0)
-    print(
-        f"judged {len(results)}: fast_1 {fast} (stored {stored_fast}); over 100 files {fast / 100:.2f}"
-    )
+    print(f"judged {len(results)}: fast_1 {fast} (stored {stored_fast}); 100 files: {fast / 100}")
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
     kb_jobs.shutdown()

@@ -6,7 +6,7 @@ within 5 % of an in-process CUDA-event timing.
 For ReLU on n float32 elements (n from 2^12 to 2^26) it judges a candidate that is the reference
 itself (``kb_jobs.judge_job``: the candidate in its runner, the reference in another, the
 judge's clock), and times the same ReLU in this process with CUDA events: the batch size the
-judge chose, each call on its own input, after the same L2 flush, median over the same number of
+the judge chose, each call on its own input, after the same L2 flush, median over the same number of
 batches. It prints both per-call medians, their ratio and the batch size; the floor is the
 smallest n from which every ratio stays within 5 %. Quoted by docs/security.md.
 """
@@ -25,7 +25,8 @@ def reference(n: int) -> str:
     return (
         "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
         "    def forward(self, x):\n        return torch.relu(x)\n\n"
-        f"def get_inputs():\n    return [torch.rand({n})]\n\ndef get_init_inputs():\n    return []\n"
+        f"def get_inputs():\n    return [torch.rand({n})]\n\n"
+        "def get_init_inputs():\n    return []\n"
     )
 
 
@@ -49,9 +50,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=20)
     args = parser.parse_args()
-    print(
-        f"{'n':>10} {'batch':>5} {'judge cand ms':>14} {'judge eager ms':>15} {'in-process ms':>14} {'cand/in':>8} {'eager/in':>9}"
+    columns = (
+        "n",
+        "batch",
+        "judge cand ms",
+        "judge eager ms",
+        "in-process ms",
+        "cand/in",
+        "eager/in",
     )
+    print(" ".join(f"{c:>14}" for c in columns))
     for power in range(12, 27, 2):
         n = 1 << power
         ref = reference(n)
@@ -68,10 +76,9 @@ def main() -> None:
         timing = reply["timing"]
         assert reply["correct"] and timing, reply
         ours = in_process_ms(n, timing["batch"], args.trials)
-        print(
-            f"{n:>10} {timing['batch']:>5} {timing['candidate_ms']:>14.4f} {timing['eager_ms']:>15.4f} "
-            f"{ours:>14.4f} {timing['candidate_ms'] / ours:>8.3f} {timing['eager_ms'] / ours:>9.3f}"
-        )
+        cand, eager = timing["candidate_ms"], timing["eager_ms"]
+        row = (n, timing["batch"], f"{cand:.4f}", f"{eager:.4f}", f"{ours:.4f}")
+        print(" ".join(f"{v:>14}" for v in (*row, f"{cand / ours:.3f}", f"{eager / ours:.3f}")))
     kb_jobs.shutdown()
 
 

@@ -14,8 +14,9 @@ normal, the first design, filled those zeros and failed such kernels wrongly.)
 Integer and non-tensor inputs are kept (indices, sizes, labels stay valid). The seeds of
 ``get_inputs`` and the redraws come from the judge's own generators, salted with a secret of
 the judging: the candidate runs in another process and knows only the seed its model is built
-under, from which nothing here can be derived. ``get_inputs`` and ``get_init_inputs`` run under ``with torch.device(device)``:
-KernelBench inputs can be gigabytes, and drawing them on the CPU takes seconds.
+under, from which nothing here can be derived. ``get_inputs`` and ``get_init_inputs`` run
+under ``with torch.device(device)``: KernelBench inputs can be gigabytes, and drawing them on
+the CPU takes seconds.
 
 Imported only in the device process and in tests (needs torch).
 """

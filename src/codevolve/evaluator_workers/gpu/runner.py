@@ -92,7 +92,7 @@ class _Runner:
         self.device = str(settings["device"])
         self.scratch = str(settings["scratch"])
         if self.device == "cuda":
-            torch.cuda.init()
+            torch.cuda.init()  # type: ignore[no-untyped-call]
             torch.ones(1, device="cuda").add_(1)
             torch.cuda.synchronize()
         else:
@@ -104,7 +104,7 @@ class _Runner:
         if not settings.get("rules", True):  # tests: what the judge catches behind the rules
             from codevolve.evaluator_workers.gpu import kb_loader
 
-            kb_loader.check_model_new = lambda source: ""  # type: ignore[assignment]
+            kb_loader.check_model_new = lambda source: ""  # type: ignore[attr-defined]
         self.arena: Any = None
         self.program: Callable[..., Any] | None = None
         self.model: Any = None
@@ -186,12 +186,10 @@ class _Runner:
     def load(self, message: dict[str, Any]) -> dict[str, Any]:
         source = str(message["source"])
         self.trusted = bool(message.get("trusted"))
-        if self.trusted:
-            loaded = self.loader.reference(source)
-            program = getattr(loaded, "model", None)
-        else:
-            loaded = self.loader.candidate(source)
-            program = getattr(loaded, "model_new", None)
+        loaded: Any = (
+            self.loader.reference(source) if self.trusted else self.loader.candidate(source)
+        )
+        program = getattr(loaded, "model" if self.trusted else "model_new", None)
         if program is None:
             return {"load_error": str(getattr(loaded, "message", "the program did not load"))}
         self.program = program
@@ -323,22 +321,26 @@ def serve(sock: socket.socket, settings: dict[str, Any]) -> int:
         _send(sock, {"fault": traceback.format_exc()[-2000:]})
         return 1
     _send(sock, {"ready": True})
-    handlers = {
-        "attach": runner.attach,
-        "load": lambda m, fds: runner.load(m),
-        "construct": lambda m, fds: runner.construct(m),
-        "call": lambda m, fds: runner.call(m),
-        "stage": lambda m, fds: runner.stage(m),
-        "go": lambda m, fds: runner.go(m),
-        "compile": lambda m, fds: runner.compile(m),
+    by_message: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+        "load": runner.load,
+        "construct": runner.construct,
+        "call": runner.call,
+        "stage": runner.stage,
+        "go": runner.go,
+        "compile": runner.compile,
     }
     while True:
         message, fds = _receive(sock)
         if message is None:
             return 0
-        op = message.get("op")
+        op = str(message.get("op"))
         try:
-            reply = handlers[op](message, fds)
+            if op == "attach":
+                reply = runner.attach(message, fds)
+            elif op in by_message:
+                reply = by_message[op](message)
+            else:
+                raise ValueError(f"an unknown request {op[:40]!r}")
         except _Problem as exc:
             reply = {"problem": str(exc)}
         except BaseException:  # noqa: BLE001 - the runner's own failure: said, then ended

@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from codevolve.evaluator_workers.errors import WorkerError
@@ -363,9 +364,7 @@ def _scratch_environment(scratch: str) -> dict[str, str]:
 def _environment(scratch: str, device: str) -> dict[str, str]:
     """The runner's whole environment: no variable of the worker's but a few CUDA/Triton ones.
     On the CPU, Triton's interpreter (the only way its kernels run there)."""
-    package_root = os.path.dirname(
-        os.path.dirname(os.path.abspath(__import__("codevolve").__file__))
-    )
+    package_root = str(Path(__file__).resolve().parents[3])  # the folder holding codevolve/
     env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
     env.update(
         _scratch_environment(scratch),

@@ -112,7 +112,7 @@ _DRIVER: _Driver | None = None
 def _driver() -> _Driver:
     global _DRIVER
     if _DRIVER is None:
-        torch.cuda.init()  # the primary context, current on this thread
+        torch.cuda.init()  # type: ignore[no-untyped-call]  # the primary context, current here
         torch.zeros(1, device="cuda")
         _DRIVER = _Driver()
     return _DRIVER
@@ -147,9 +147,9 @@ def extent(shape: Sequence[int], stride: Sequence[int], itemsize: int) -> int:
 def view(raw: torch.Tensor, spec: dict[str, Any], *, offset: int) -> torch.Tensor:
     """The tensor ``spec`` describes inside ``raw`` (a flat uint8 tensor), ``offset`` bytes in;
     :class:`SharingError` unless it lies wholly inside."""
-    dtype = DTYPES.get(spec.get("dtype")) if isinstance(spec.get("dtype"), str) else None
-    shape, stride = spec.get("shape"), spec.get("stride")
-    if dtype is None or not _dims(shape) or not _dims(stride) or len(shape) != len(stride):
+    dtype = DTYPES.get(str(spec.get("dtype")))
+    shape, stride = _dims(spec.get("shape")), _dims(spec.get("stride"))
+    if dtype is None or shape is None or stride is None or len(shape) != len(stride):
         raise SharingError(f"an unusable tensor description: {str(spec)[:200]}")
     itemsize = torch.empty((), dtype=dtype).element_size()
     size = extent(shape, stride, itemsize)
@@ -161,12 +161,15 @@ def view(raw: torch.Tensor, spec: dict[str, Any], *, offset: int) -> torch.Tenso
     return elements.as_strided(shape, stride)
 
 
-def _dims(value: Any) -> bool:
-    return (
+def _dims(value: Any) -> list[int] | None:
+    """``value`` if it is a list of at most MAX_DIMS sane sizes or strides, else None."""
+    if (
         isinstance(value, list)
         and len(value) <= MAX_DIMS
         and all(type(v) is int and 0 <= v < 1 << 40 for v in value)
-    )
+    ):
+        return value
+    return None
 
 
 def spec_of(tensor: torch.Tensor) -> dict[str, Any]:
