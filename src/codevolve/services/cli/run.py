@@ -181,7 +181,8 @@ async def _check_resume(args: argparse.Namespace) -> None:
         job = await repository.get_job(session, args.resume)
     if job is None:
         raise UnknownJobError(
-            f"--resume {args.resume}: no such job in {args.db_shown}; check the id and --db"
+            f"--resume {args.resume}: no such job in {args.db_shown}; "
+            f"check the id and {args.db_option}"
         )
     for problem in contradictions(args, job):
         raise ConfigError(f"--resume {job.id}: {problem}; drop it or start a new job")
