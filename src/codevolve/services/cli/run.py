@@ -39,6 +39,7 @@ from codevolve.services.cli.options import (
     EXIT_FAILED,
     JOB_KEYS,
     REMEASURE_HELP,
+    SIGNAL_EXIT,
     at_least,
     check_problem,
     config_error,
@@ -49,7 +50,6 @@ from codevolve.services.run_config import FIELD_OF, NAMES, RunConfigRefused, run
 
 WIDE = 100  # terminal columns from which the progress bar shows every column in words
 NARROW = 72  # terminal columns below which the bar shows its counts only
-SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it
 # Options that define a job: (argparse dest and the API's JSON key, RunConfig field, option as
 # typed), from the one map of run_config.
 JOB_OPTIONS = tuple((key, FIELD_OF[key], NAMES[FIELD_OF[key]][1] or key) for key in JOB_KEYS)
