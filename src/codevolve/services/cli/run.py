@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from rich.table import Table
 
 from codevolve.core.config import ProposerConfig, RunConfig
 from codevolve.core.errors import ConfigError
-from codevolve.core.job import Job
+from codevolve.core.job import Job, JobState
 from codevolve.program_db.errors import UnknownJobError
 from codevolve.services.cli import dist as cli_dist
 from codevolve.services.cli import kernel_problem, problem_dir
@@ -127,7 +128,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.report:
         args.report.write_text(json.dumps(result.report, indent=2) + "\n")
     print_summary(Console(), result.report)
-    return 0 if result.state.value in ("done", "paused") else EXIT_FAILED
+    if result.state is JobState.FAILED:  # (the initial program failed, say): why, last
+        sys.stderr.write(
+            f"error: job {result.job_id} failed: {' '.join(str(result.error).split())}\n"
+        )
+    return 0 if result.state in (JobState.DONE, JobState.PAUSED) else EXIT_FAILED
 
 
 def resume_command(job_id: str, db: str | None) -> str:
