@@ -4,6 +4,7 @@ SQLite files to point it at (a small finished run, copied per test)."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -35,17 +36,39 @@ class Outcome:
         return lines[0]
 
 
-def codevolve(*args: str, cwd: Path | None = None, timeout: float = 90) -> Outcome:
-    """Run ``codevolve ARGS`` as a user would; nothing it prints may be a traceback."""
+def codevolve(
+    *args: str,
+    cwd: Path | None = None,
+    timeout: float = 90,
+    env: dict[str, str] | None = None,
+    without_override: bool = False,
+) -> Outcome:
+    """Run ``codevolve ARGS`` as a user would; nothing it prints may be a traceback. ``env`` is
+    added to the environment; ``without_override`` runs it as a user whom file permissions bind
+    (see :func:`without_permission_override`)."""
+    prefix = without_permission_override() if without_override else []
     done = subprocess.run(
-        [sys.executable, "-m", "codevolve.services.cli", *args],
+        [*prefix, sys.executable, "-m", "codevolve.services.cli", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
         timeout=timeout,
+        env=None if env is None else {**os.environ, **env},
     )
     assert "Traceback" not in done.stderr + done.stdout, done.stderr
     return Outcome(done.returncode, done.stdout, done.stderr)
+
+
+def without_permission_override() -> list[str]:
+    """The command prefix that makes file permissions bind: root reads and writes any file, so
+    as root the command runs in a user namespace as the files' owner without that privilege (a
+    file of mode 0444 is then read-only to it); anyone else is bound already."""
+    if os.geteuid() != 0:
+        return []
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("running as root without util-linux's unshare")
+    return [unshare, "--user", "--map-user=1000", "--map-group=1000"]
 
 
 def sha256(path: Path) -> str:

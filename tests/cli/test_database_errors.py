@@ -143,3 +143,48 @@ def test_status_of_an_unknown_job_names_it(run_db: tuple[Path, str]) -> None:
     assert outcome.returncode == 2
     assert outcome.error_line == f"error: no job 'nope' in {db}; check the id and --db"
     assert len(job_rows(db)) == 1
+
+
+WRITING = (
+    ("run", "gemm-tiling", "--proposals", "2", "--quiet"),
+    ("db", "upgrade"),
+    ("token", "create", "--owner", "someone"),
+)
+
+
+@pytest.mark.parametrize("command", WRITING, ids=" ".join)
+@pytest.mark.parametrize("what", ["file", "folder"])
+def test_a_database_that_cannot_be_written_is_refused_before_sqlite_opens_it(
+    command: tuple[str, ...], what: str, run_db: tuple[Path, str]
+) -> None:
+    db, _ = run_db
+    before = sha256(db)
+    locked = db if what == "file" else db.parent
+    locked.chmod(0o444 if what == "file" else 0o555)
+    try:
+        outcome = codevolve(*command, "--db", str(db), without_override=True)
+    finally:
+        locked.chmod(0o644 if what == "file" else 0o755)
+    assert outcome.returncode == 2
+    says = "the file is not writable" if what == "file" else f"its folder {db.parent} is not"
+    assert outcome.error_line.startswith(f"error: --db {db}: {says}"), outcome.error_line
+    assert sha256(db) == before
+    assert sorted(p.name for p in db.parent.iterdir()) == ["run.sqlite"]  # no -wal, no -shm
+
+
+@pytest.mark.parametrize("command", READ_ONLY, ids=" ".join)
+@pytest.mark.parametrize("what", ["file", "folder"])
+def test_a_database_that_cannot_be_written_is_read_without_files_beside_it(
+    command: tuple[str, ...], what: str, run_db: tuple[Path, str]
+) -> None:
+    db, job_id = run_db
+    locked = db if what == "file" else db.parent
+    locked.chmod(0o444 if what == "file" else 0o555)
+    args = [job_id if word == "JOB" else word for word in command]
+    try:
+        outcome = codevolve(*args, "--db", str(db), without_override=True)
+    finally:
+        locked.chmod(0o644 if what == "file" else 0o755)
+    assert sorted(p.name for p in db.parent.iterdir()) == ["run.sqlite"]  # no -wal, no -shm
+    if "PROGRAM" not in command:  # (no such program: that one ends in its own error line)
+        assert outcome.returncode == 0, outcome.stderr

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
@@ -53,28 +53,41 @@ class Settings(BaseSettings):
         "later requests; writes through the same process clear it; 0: off",
     )
 
+    # Where ``db`` came from, as an error names it: the environment variable that set it, else
+    # ``--db`` (whose default it is).
+    _db_option: str = PrivateAttr("--db")
+
+    @property
+    def db_option(self) -> str:
+        return self._db_option
+
     @model_validator(mode="after")
     def _database_alias(self) -> Settings:
-        if self.database_url and "db" not in self.model_fields_set:
+        if "db" in self.model_fields_set:
+            self._db_option = "CODEVOLVE_DB"
+        elif self.database_url:
             self.db = self.database_url
+            self._db_option = "CODEVOLVE_DATABASE_URL"
         return self
 
 
-def normalise_db_url(url: str) -> str:
+def normalise_db_url(url: str, *, option: str = "--db") -> str:
     """Accept the short forms users type and return a SQLAlchemy async URL.
 
     ``file.db`` or ``sqlite:///file.db`` -> aiosqlite; ``postgresql://`` -> asyncpg. Any other
-    scheme raises ConfigError listing the supported forms.
+    scheme raises ConfigError listing the supported forms, naming ``option`` (``--db``, or the
+    environment variable the URL came from).
     """
     if "://" not in url:
         if not url:
-            raise ConfigError(f"--db is empty; pass {SUPPORTED_DB_FORMS}")
+            raise ConfigError(f"{option} is empty; pass {SUPPORTED_DB_FORMS}")
         return f"sqlite+aiosqlite:///{url}"
     scheme, rest = url.split("://", 1)
     driver = _ASYNC_SCHEMES.get(scheme)
     if driver is None:
         shown = make_url(url).render_as_string(hide_password=True)
+        named = f"{option} {shown}" if option.startswith("--") else f"{option}={shown}"
         raise ConfigError(
-            f"--db {shown}: {scheme}:// databases are not supported; pass {SUPPORTED_DB_FORMS}"
+            f"{named}: {scheme}:// databases are not supported; pass {SUPPORTED_DB_FORMS}"
         )
     return f"{driver}://{rest}"

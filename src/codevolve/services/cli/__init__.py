@@ -35,7 +35,7 @@ from codevolve.services.cli.options import (
     config_error,
     db_option,
 )
-from codevolve.services.database import reading_session, shown
+from codevolve.services.database import DatabaseUnusable, reading_session, shown
 from codevolve.services.settings import Settings, normalise_db_url
 
 DESCRIPTION = """\
@@ -66,12 +66,16 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(args, "log_level", None) or settings.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    args.db_given = getattr(args, "db", None)
+    # What names the database in errors: --db, or the variable its URL came from.
+    args.db_option = "--db" if args.db_given else settings.db_option
     try:
-        args.db_given = getattr(args, "db", None)
-        args.db = normalise_db_url(args.db_given or settings.db)
+        args.db = normalise_db_url(args.db_given or settings.db, option=args.db_option)
         args.db_shown = shown(args.db)
         result: int = args.handler(args)
         return result
+    except DatabaseUnusable as exc:
+        return _fail(exc.named_by(args.db_option))
     except CodevolveError as exc:
         return _fail(str(exc))
     except ValidationError as exc:
@@ -222,7 +226,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _no_job(args: argparse.Namespace) -> UnknownJobError:
-    return UnknownJobError(f"no job {args.job!r} in {args.db_shown}; check the id and --db")
+    return UnknownJobError(
+        f"no job {args.job!r} in {args.db_shown}; check the id and {args.db_option}"
+    )
 
 
 def _cmd_db(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from codevolve.core.config import RunConfig
@@ -29,6 +30,7 @@ from codevolve.services.cli.options import (
     EXIT_FAILED,
     JOB_KEYS,
     REMEASURE_HELP,
+    SIGNAL_EXIT,
     at_least,
     check_problem,
     config_error,
@@ -40,6 +42,7 @@ from codevolve.services.runtime.processes import Command
 from codevolve.services.settings import Settings
 
 DEFAULT_PORT = 8000
+MAX_PORT = 65535
 ROLES = ("all", "controllers", "api")  # serve's parts: both, or one alone
 CLI_MODULE = "codevolve.services.cli"  # what the API's child process runs: serve --role api
 
@@ -50,7 +53,9 @@ def register(sub: Any) -> None:
     db_option(serve)
     serve.add_argument("--redis", default=None, help="Redis URL (default: CODEVOLVE_REDIS_URL)")
     serve.add_argument("--host", default="127.0.0.1", help="API address to listen on")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="API port")
+    serve.add_argument(
+        "--port", type=port_number, default=DEFAULT_PORT, help="API port (0: any free port)"
+    )
     serve.add_argument(
         "--role",
         choices=ROLES,
@@ -161,6 +166,19 @@ def _count(text: str) -> int:
     return value
 
 
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= MAX_PORT:
+        raise argparse.ArgumentTypeError(
+            f"must be a port number from 0 (any free port) to {MAX_PORT}, got {value}"
+        )
+    return value
+
+
 def _prefix_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--key-prefix", default=DEFAULT_PREFIX, help="prefix of every Redis key (one deployment)"
@@ -237,6 +255,18 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
+    """0 after a drain (SIGTERM or SIGINT once it runs); 130 or 143 when the signal came while
+    it still waited for Redis to answer."""
+    from codevolve.services.runtime.workers import StoppedBeforeStart
+
+    try:
+        return _worker(args)
+    except StoppedBeforeStart as exc:
+        sys.stderr.write(f"{exc}\n")
+        return SIGNAL_EXIT.get(exc.signal_name, 130)
+
+
+def _worker(args: argparse.Namespace) -> int:
     from codevolve.services.runtime.workers import WorkerOptions, run_worker_process
 
     url = _redis_url(args, required=True)
@@ -286,7 +316,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_running_jobs=args.max_running_jobs or settings.max_running_jobs,
     )
     if args.role == "controllers":
-        return 0 if asyncio.run(serve(args.db, url, options, api=())) is None else EXIT_FAILED
+        announce = _announce(
+            f"running the jobs of {args.db_shown}; no API here (--role controllers)"
+        )
+        ended = asyncio.run(serve(args.db, url, options, api=(), on_start=announce))
+        return 0 if ended is None else EXIT_FAILED
     # The port is bound here, before anything starts: a port in use is one line, and the API
     # processes share this one socket (each accepts from it).
     with listening_socket(args.host, args.port) as listener:
@@ -294,8 +328,30 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             _api_command(args, url, listener.fileno(), number)
             for number in range(1, args.api_processes + 1)
         ]
-        ended = asyncio.run(serve(args.db, url, options, api=api))
+        site = _site(args.host, listener.getsockname()[1])
+        announce = _announce(
+            f"running the jobs of {args.db_shown}; listening on {site}",
+            f"dashboard: {site}/   REST API: {site}/api/v1   (Ctrl-C stops)",
+        )
+        ended = asyncio.run(serve(args.db, url, options, api=api, on_start=announce))
     return 0 if ended is None else EXIT_FAILED
+
+
+def _site(host: str, port: int) -> str:
+    """The URL a browser opens for the address ``serve`` listens on."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def _announce(*lines: str) -> Callable[[], None]:
+    """What ``serve`` prints once the database is ready, before it serves (stderr: the log's
+    stream; stdout stays empty)."""
+
+    def say() -> None:
+        sys.stderr.write("".join(f"codevolve serve: {line}\n" for line in lines))
+        sys.stderr.flush()
+
+    return say
 
 
 async def _serve_api(args: argparse.Namespace, settings: Settings) -> bool:

@@ -37,13 +37,18 @@ from codevolve.services.cli.kernel_problem import (
     judge_settings,
     kernel_run_config,
 )
-from codevolve.services.cli.options import EXIT_FAILED, REMEASURE_HELP, at_least, db_option
+from codevolve.services.cli.options import (
+    EXIT_FAILED,
+    REMEASURE_HELP,
+    SIGNAL_EXIT,
+    at_least,
+    db_option,
+)
 from codevolve.services.read_models.kernelbench import KernelRow, kernel_rows, summary
 
 if TYPE_CHECKING:
     from codevolve.evaluator_workers.gpu.device_process import DeviceProcess
 
-SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
 _NUMBERED = re.compile(r"^(\d+)_.*\.py$")
 
 

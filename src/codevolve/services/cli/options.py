@@ -24,6 +24,7 @@ from codevolve.services.settings import DB_HELP
 
 EXIT_FAILED = 1  # the command ran and its subject failed (a program rejected, a job failed)
 EXIT_USAGE = 2  # what the user typed cannot be used; nothing was changed
+SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it
 # The job keys ``run`` takes as options (argparse dests, the API's JSON keys: run_config.NAMES),
 # in the order ``--resume`` checks them.
 JOB_KEYS = ("seed", "proposals", "islands", "max_wall_s", "in_flight", "remeasure_samples")

@@ -12,14 +12,15 @@ imported here: only the sandbox runs it.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from codevolve.core.config import RunConfig
 from codevolve.core.errors import ConfigError
 from codevolve.problems.openevolve import select_folder
-from codevolve.problems.openevolve.bundle import CONFIG
+from codevolve.problems.openevolve.bundle import CONFIG, BundleError
 from codevolve.problems.openevolve.loaded import openevolve_problem
 from codevolve.services.cli import llm as cli_llm
 from codevolve.services.cli.options import JOB_KEYS, config_error
@@ -41,20 +42,36 @@ def run_config_from_args(args: argparse.Namespace) -> tuple[RunConfig, tuple[str
     bundle, if any were."""
     if args.problem:
         raise ConfigError("run: give a problem name or --problem-dir, not both")
-    selection = select_folder(args.problem_dir, config=args.config)
-    bundle = selection.bundle
-    keys = {key: value for key in JOB_KEYS if (value := getattr(args, key, None)) is not None}
-    fields: dict[str, Any] = {}
-    proposer = _proposer_overrides(args, openevolve_problem(bundle).config.run_fields)
-    if proposer is not None:
-        fields["proposer"] = proposer
-    try:
-        config, config_warnings = bundle_run_config(bundle, keys, fields=fields)
-    except RunConfigRefused as exc:  # an option the user typed: named as they typed it
-        raise config_error(exc) from exc
-    warnings = tuple(f"{CONFIG}: {warning}" for warning in config_warnings)
+    # The config's errors and warnings name the file typed (--config other.yaml), not the
+    # config.yaml it stands in for in the bundle.
+    config_file = CONFIG if args.config is None else str(args.config)
+    with _naming_config(config_file):
+        selection = select_folder(args.problem_dir, config=args.config)
+        bundle = selection.bundle
+        keys = {key: value for key in JOB_KEYS if (value := getattr(args, key, None)) is not None}
+        fields: dict[str, Any] = {}
+        proposer = _proposer_overrides(args, openevolve_problem(bundle).config.run_fields)
+        if proposer is not None:
+            fields["proposer"] = proposer
+        try:
+            config, config_warnings = bundle_run_config(bundle, keys, fields=fields)
+        except RunConfigRefused as exc:  # an option the user typed: named as they typed it
+            raise config_error(exc) from exc
+    warnings = tuple(f"{config_file}: {warning}" for warning in config_warnings)
     left_out = selection.warning()
     return config, warnings if left_out is None else (*warnings, left_out)
+
+
+@contextmanager
+def _naming_config(config_file: str) -> Iterator[None]:
+    """A bundle error about ``config.yaml`` names ``config_file`` instead."""
+    try:
+        yield
+    except BundleError as exc:
+        about, colon, rest = str(exc).partition(":")
+        if about != CONFIG or not colon or config_file == CONFIG:
+            raise
+        raise BundleError(f"{config_file}:{rest}") from exc
 
 
 def _proposer_overrides(

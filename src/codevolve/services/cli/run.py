@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from rich.table import Table
 
 from codevolve.core.config import ProposerConfig, RunConfig
 from codevolve.core.errors import ConfigError
-from codevolve.core.job import Job
+from codevolve.core.job import Job, JobState
 from codevolve.program_db.errors import UnknownJobError
 from codevolve.services.cli import dist as cli_dist
 from codevolve.services.cli import kernel_problem, problem_dir
@@ -39,6 +40,7 @@ from codevolve.services.cli.options import (
     EXIT_FAILED,
     JOB_KEYS,
     REMEASURE_HELP,
+    SIGNAL_EXIT,
     at_least,
     check_problem,
     config_error,
@@ -49,7 +51,6 @@ from codevolve.services.run_config import FIELD_OF, NAMES, RunConfigRefused, run
 
 WIDE = 100  # terminal columns from which the progress bar shows every column in words
 NARROW = 72  # terminal columns below which the bar shows its counts only
-SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it
 # Options that define a job: (argparse dest and the API's JSON key, RunConfig field, option as
 # typed), from the one map of run_config.
 JOB_OPTIONS = tuple((key, FIELD_OF[key], NAMES[FIELD_OF[key]][1] or key) for key in JOB_KEYS)
@@ -127,7 +128,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.report:
         args.report.write_text(json.dumps(result.report, indent=2) + "\n")
     print_summary(Console(), result.report)
-    return 0 if result.state.value in ("done", "paused") else EXIT_FAILED
+    if result.state is JobState.FAILED:  # (the initial program failed, say): why, last
+        sys.stderr.write(
+            f"error: job {result.job_id} failed: {' '.join(str(result.error).split())}\n"
+        )
+    return 0 if result.state in (JobState.DONE, JobState.PAUSED) else EXIT_FAILED
 
 
 def resume_command(job_id: str, db: str | None) -> str:
@@ -181,7 +186,8 @@ async def _check_resume(args: argparse.Namespace) -> None:
         job = await repository.get_job(session, args.resume)
     if job is None:
         raise UnknownJobError(
-            f"--resume {args.resume}: no such job in {args.db_shown}; check the id and --db"
+            f"--resume {args.resume}: no such job in {args.db_shown}; "
+            f"check the id and {args.db_option}"
         )
     for problem in contradictions(args, job):
         raise ConfigError(f"--resume {job.id}: {problem}; drop it or start a new job")

@@ -44,6 +44,7 @@ class RunResult:
     state: JobState
     report: dict[str, Any]  # empty when the run was interrupted
     interrupted: str | None = None  # the signal that stopped the run (SIGINT, SIGTERM)
+    error: str | None = None  # why the job failed (state failed), as the job records it
 
 
 GC_THRESHOLD = 20_000  # allocations between collections of the youngest generation (default 700)
@@ -133,7 +134,9 @@ async def run_embedded(
             )
         async with sessions.begin() as session:
             report = await build_report(session, job.id, problem)
-        return RunResult(job_id=job.id, state=state, report=report)
+            finished = await repository.get_job(session, job.id)
+        error = None if finished is None or state is not JobState.FAILED else finished.error
+        return RunResult(job_id=job.id, state=state, report=report, error=error)
 
 
 async def _run_job(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from redis.asyncio import Redis
 
@@ -32,14 +32,21 @@ log = logging.getLogger(__name__)
 
 
 async def serve(
-    db: str, redis_url: str | None, options: SupervisorOptions, *, api: Sequence[Command]
+    db: str,
+    redis_url: str | None,
+    options: SupervisorOptions,
+    *,
+    api: Sequence[Command],
+    on_start: Callable[[], None] = lambda: None,
 ) -> Ended | None:
-    """Migrate ``db``, start the ``api`` processes (none: the controllers only), and run the
-    controllers until SIGTERM or SIGINT. Returns how an API process ended when one ended on its
-    own (everything else was then stopped), None after a requested stop."""
+    """Migrate ``db``, call ``on_start`` (the command line says where it serves), start the
+    ``api`` processes (none: the controllers only), and run the controllers until SIGTERM or
+    SIGINT. Returns how an API process ended when one ended on its own (everything else was then
+    stopped), None after a requested stop."""
     tune_gc()
     async with open_database(db, write=True):
         pass  # migrated to head; each role has an engine of its own
+    on_start()
     stop = asyncio.Event()
     stop_on_signals(stop)
     async with contextlib.AsyncExitStack() as children:

@@ -11,13 +11,16 @@ import logging
 import os
 import signal
 import socket
+import urllib.parse
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.asyncio import Redis
 
 from codevolve.core.device import Device
+from codevolve.core.errors import CodevolveError
 from codevolve.core.problem import Problem
 from codevolve.evaluator_workers.heartbeat import describe_host, heartbeat_loop
 from codevolve.evaluator_workers.redis_keys import DEFAULT_PREFIX, TASK_GROUP, RedisKeys
@@ -50,6 +53,18 @@ def default_name(capability: str) -> str:
     return f"{socket.gethostname()}-{capability}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
+class StoppedBeforeStart(CodevolveError):
+    """SIGTERM or SIGINT came while the worker still waited for Redis to answer (none ever did):
+    it stops at once instead of retrying on. ``signal_name`` says which signal."""
+
+    def __init__(self, signal_name: str, redis_at: str) -> None:
+        self.signal_name = signal_name
+        super().__init__(
+            f"interrupted ({signal_name}): the worker stopped before Redis at {redis_at} "
+            "answered; check that Redis runs there and --redis is right"
+        )
+
+
 def run_worker_process(
     redis_url: str,
     capability: str = "cpu",
@@ -60,7 +75,8 @@ def run_worker_process(
     resolve_problem: Callable[[str], Problem] | None = None,
     device: Device | None = None,
 ) -> int:
-    """Run a worker until SIGTERM or SIGINT (it finishes the evaluations in hand); returns 0."""
+    """Run a worker until SIGTERM or SIGINT (it finishes the evaluations in hand); returns 0.
+    Raises :class:`StoppedBeforeStart` when the signal came before Redis ever answered."""
     asyncio.run(
         serve_worker(
             redis_url,
@@ -87,7 +103,8 @@ async def serve_worker(
     device: Device | None = None,
 ) -> None:
     """The worker, as a coroutine (``stop`` replaces the signal handlers when given)."""
-    stop = stop or _stop_on_signals()
+    received: list[signal.Signals] = []  # the signals that set ``stop``
+    stop = stop or _stop_on_signals(received)
     keys = RedisKeys(options.key_prefix)
     redis = Redis.from_url(redis_url, decode_responses=True)
     owned = ProblemResolver(redis_url, keys) if resolve_problem is None else None
@@ -97,7 +114,12 @@ async def serve_worker(
             redis, capability=capability, consumer=name, keys=keys, tuning=options.tuning
         )
         stream = keys.tasks(capability)
-        await retrying("group", lambda: ensure_group(redis, stream, TASK_GROUP))
+        # Redis may be down: retried with backoff, but a signal ends the wait (Ctrl-C works).
+        if not await _unless_stopped(
+            retrying("group", lambda: ensure_group(redis, stream, TASK_GROUP)), stop
+        ):
+            name = received[0].name if received else "stop"
+            raise StoppedBeforeStart(name, _address(redis_url))
         info = describe_host(name=name, capability=capability, concurrency=concurrency)
         beating = asyncio.Event()
         with SandboxPool(size=concurrency) as pool:
@@ -127,9 +149,32 @@ async def serve_worker(
         await redis.aclose()
 
 
-def _stop_on_signals() -> asyncio.Event:
+def _stop_on_signals(received: list[signal.Signals]) -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT; each signal is appended to ``received``."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def stopped_by(number: signal.Signals) -> None:
+        received.append(number)
+        stop.set()
+
     for number in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(number, stop.set)
+        loop.add_signal_handler(number, stopped_by, number)
     return stop
+
+
+async def _unless_stopped(call: Coroutine[Any, Any, object], stop: asyncio.Event) -> bool:
+    """Await ``call`` unless ``stop`` is set first, which cancels it; whether it finished."""
+    async with asyncio.TaskGroup() as tg:
+        work = tg.create_task(call)
+        watch = tg.create_task(stop.wait())
+        await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+        work.cancel()  # (no-op once done)
+        watch.cancel()
+    return not work.cancelled()
+
+
+def _address(redis_url: str) -> str:
+    """HOST:PORT of a Redis URL (never its password)."""
+    parts = urllib.parse.urlsplit(redis_url)
+    return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"

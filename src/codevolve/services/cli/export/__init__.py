@@ -7,7 +7,8 @@
 - ``module`` (KernelBench jobs): the best ``ModelNew`` with the problem's reference and a test
   comparing the two (kernelbench_module.py).
 
-Without ``--out`` the result is printed. A job of another problem, an unknown job or one with no
+Without ``--out`` the result is printed; ``--out`` replaces a file only with ``--force``. A job
+of a problem no format exports, a job of another problem, an unknown job or one with no
 best program yet is refused in one ``error:`` line, and nothing is written (errors.py).
 """
 
@@ -46,6 +47,7 @@ def register(sub: Any) -> None:
     export.add_argument(
         "--out", type=Path, help="write the file here instead of printing it (decompositions: JSON)"
     )
+    export.add_argument("--force", action="store_true", help="let --out replace a file that exists")
     db_option(export)
     export.set_defaults(handler=_cmd_export)
 
@@ -54,8 +56,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from codevolve.services.cli.export.errors import ExportRefused
 
     out: Path | None = args.out
-    if out is not None and not out.parent.is_dir():
-        raise CodevolveError(f"--out {out}: no folder {out.parent}; create it first")
+    if out is not None:
+        _check_out(out, force=args.force)
     if args.json and args.format != DECOMPOSITIONS:
         raise ExportRefused(f"--json applies to --format {DECOMPOSITIONS}, not {args.format}")
     text = asyncio.run(_export(args, out))
@@ -66,6 +68,18 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.format != DECOMPOSITIONS:
         sys.stderr.write(f"wrote {out}: check it with `pytest {out}` or `python {out}`\n")
     return 0
+
+
+def _check_out(out: Path, *, force: bool) -> None:
+    """Refuse an ``--out`` that cannot be written, or that would replace a file unasked."""
+    if out.is_dir():
+        raise CodevolveError(f"--out {out} is a folder; name a file, e.g. {out / 'export.json'}")
+    if not out.parent.is_dir():
+        raise CodevolveError(f"--out {out}: no folder {out.parent}; create it first")
+    if out.exists() and not force:
+        raise CodevolveError(
+            f"--out {out}: the file exists; pass --force to replace it or name another file"
+        )
 
 
 async def _export(args: argparse.Namespace, out: Path | None) -> str:

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 
 from codevolve.core.errors import CodevolveError
+from codevolve.problems.matmul_tensor.problem import NAME as MATMUL_TENSOR
+from codevolve.services.cli.export.errors import ExportRefused
 
 ARTIFACT_PREFIX = "factors_"
 PAGE = 200  # programs read per query
@@ -34,6 +36,13 @@ async def collect(session: Any, job_id: str) -> dict[str, Any]:
     from codevolve.services.cli.export.best import get_job
 
     job = await get_job(session, job_id)
+    if job.config.problem != MATMUL_TENSOR:
+        raise ExportRefused(
+            f"job {job.id} is a job of {job.config.problem}, which has no export; "
+            f"`codevolve export` exports {MATMUL_TENSOR} jobs (--format decompositions, the "
+            "default), gemm-kernel-gpu jobs (--format triton) and KernelBench jobs (--format "
+            f"module); `codevolve best {job.id}` prints its best program"
+        )
     best: dict[str, tuple[Decomposition, str]] = {}
     offset = 0
     while True:
@@ -72,7 +81,7 @@ async def collect(session: Any, job_id: str) -> dict[str, Any]:
 
 
 def as_text(document: dict[str, Any]) -> str:
-    lines = [f"job {document['job']} ({document['problem']})"]
+    lines = [f"job {document['job']} ({document['problem']})"]  # a matmul-tensor job
     if not document["sizes"]:
         lines.append("no verified decomposition yet")
     for key, entry in document["sizes"].items():

@@ -1,0 +1,56 @@
+"""``codevolve export`` refuses in one line what it cannot do: a job of a problem that no format
+exports, and an ``--out`` that would replace a file the user did not say to replace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from codevolve.problems.gemm_kernel_gpu.kernel_source import initial_program
+from tests.cli.conftest import codevolve, sha256
+from tests.cli.export_jobs import gemm_kernel_job
+
+
+def test_a_job_of_a_problem_without_an_export_is_one_line_naming_it(
+    run_db: tuple[Path, str],
+) -> None:
+    db, job_id = run_db  # a gemm-tiling job
+    for extra in ((), ("--json",), ("--out", str(db.parent / "x.json"))):
+        outcome = codevolve("export", job_id, "--db", str(db), *extra)
+        assert outcome.returncode == 2
+        assert outcome.error_line == (
+            f"error: job {job_id} is a job of gemm-tiling, which has no export; `codevolve "
+            "export` exports matmul-tensor jobs (--format decompositions, the default), "
+            "gemm-kernel-gpu jobs (--format triton) and KernelBench jobs (--format module); "
+            f"`codevolve best {job_id}` prints its best program"
+        )
+        assert outcome.stdout == ""
+    assert not (db.parent / "x.json").exists()
+
+
+def test_out_refuses_to_replace_a_file_without_force(
+    migrated_sqlite_url: str, tmp_path: Path
+) -> None:
+    job_id = gemm_kernel_job(migrated_sqlite_url, initial_program())
+    db = str(tmp_path / "codevolve.sqlite")  # the file migrated_sqlite_url made
+    out = tmp_path / "gemm_kernel.py"
+    out.write_text("my own notes\n")
+    before = sha256(out)
+    refused = codevolve("export", job_id, "--format", "triton", "--db", db, "--out", str(out))
+    assert refused.returncode == 2
+    assert refused.error_line == (
+        f"error: --out {out}: the file exists; pass --force to replace it or name another file"
+    )
+    assert sha256(out) == before
+
+    forced = codevolve(
+        "export", job_id, "--format", "triton", "--db", db, "--out", str(out), "--force"
+    )
+    assert forced.returncode == 0, forced.stderr
+    assert initial_program() in out.read_text()
+
+
+def test_out_naming_a_folder_is_refused(run_db: tuple[Path, str]) -> None:
+    db, job_id = run_db
+    outcome = codevolve("export", job_id, "--db", str(db), "--out", str(db.parent))
+    assert outcome.returncode == 2
+    assert outcome.error_line.startswith(f"error: --out {db.parent} is a folder; name a file")
