@@ -133,6 +133,10 @@ def test_a_problem_folder_names_the_option_the_user_typed(tmp_path: Path) -> Non
             "max_iterations must be at most 10000000, got 99999999999999999999",
         ),
         (".nan", "max_iterations must be a finite number, got nan"),
+        (
+            "1\nevaluator:\n  cascade_thresholds_reject: 'yes'",
+            "evaluator.cascade_thresholds_reject must be true or false, not 'yes'",
+        ),
     ],
 )
 def test_a_problem_folders_config_yaml_is_held_to_the_same_caps(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -129,6 +130,33 @@ def test_a_score_below_the_parents_is_rejected_by_the_relative_threshold(pool: S
     assert "rejected" in last.feedback and "parent" in last.feedback
     as_good = run_cascade(FakeProblem(), _task(parent_scores={"full": own}), pool, worker="w")
     assert as_good.status is ProgramStatus.EVALUATED
+
+
+def test_a_threshold_that_only_stops_keeps_the_program_with_the_stages_it_ran(
+    pool: SandboxPool,
+) -> None:
+    stopping = FakeProblem(
+        stages=(
+            TotalStage("quick", inputs=1, threshold=Threshold(absolute=1e6, rejects=False)),
+            TotalStage("full"),
+        )
+    )
+    evaluation = run_cascade(stopping, _task(), pool, worker="w")
+    assert evaluation.status is ProgramStatus.EVALUATED
+    assert [s.stage for s in evaluation.stages] == ["quick"]
+    assert evaluation.stages[0].passed
+    assert evaluation.score == evaluation.stages[0].score
+    assert "stopped here" in evaluation.feedback
+    assert "later stages did not run" in evaluation.feedback
+
+
+def test_the_initial_program_is_kept_below_a_rejecting_threshold(pool: SandboxPool) -> None:
+    own = run_cascade(FakeProblem(), _task(), pool, worker="w").stages[-1].score
+    assert own is not None
+    task = dataclasses.replace(_task(parent_scores={"full": own + 1}), initial=True)
+    evaluation = run_cascade(FakeProblem(), task, pool, worker="w")
+    assert evaluation.status is ProgramStatus.EVALUATED
+    assert evaluation.score == own
 
 
 def test_a_candidate_error_in_the_sandbox_fails_the_program_at_that_stage(

@@ -88,6 +88,8 @@ def test_unknown_and_unused_keys_are_warned_never_dropped_silently() -> None:
 def test_problem_settings_shape_the_cascade_and_features() -> None:
     settings = read_config(CONFIG)
     assert settings.thresholds == (0.3, 0.6)
+    assert not settings.thresholds_reject  # OpenEvolve's cascade: a threshold only stops it
+    assert read_config("evaluator:\n  cascade_thresholds_reject: true\n").thresholds_reject
     assert settings.system_message == "Make it faster."
     specs = settings.features(initial_length=100)
     assert [(s.name, s.bins) for s in specs] == [("complexity", 5), ("accuracy", 4)]
@@ -119,6 +121,10 @@ def test_an_empty_or_missing_config_gives_the_defaults() -> None:
         ("- a list\n", "the top level must be a mapping"),
         ("evaluator: [1]\n", "evaluator must be a mapping"),
         ("evaluator:\n  cascade_thresholds: 0.5\n", "evaluator.cascade_thresholds must be"),
+        (
+            "evaluator:\n  cascade_thresholds_reject: 'yes'\n",
+            "evaluator.cascade_thresholds_reject must be true or false, not 'yes'$",
+        ),
         ("llm:\n  models: [{weight: 1}]\n", r"llm.models\[0\] needs a name"),
         ("key: [unclosed\n", "not valid YAML"),
         ("max_iterations: .nan\n", "max_iterations must be a finite number, got nan$"),

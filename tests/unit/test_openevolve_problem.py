@@ -219,30 +219,56 @@ def evaluate_stage2(program_path):
 """
 
 
-@pytest.mark.parametrize(
-    ("quick", "status", "stages", "score"),
-    [
-        (0.8, ProgramStatus.EVALUATED, 2, 3.0),
-        (0.2, ProgramStatus.REJECTED, 1, None),
-    ],
-)
-def test_the_cascade_runs_stage_two_only_past_the_threshold(
-    pool: SandboxPool, quick: float, status: ProgramStatus, stages: int, score: float | None
-) -> None:
-    files = bundle_files(CASCADE, "evaluator:\n  cascade_thresholds: [0.5]\n")
-    cascade = OpenEvolveProblem(make_bundle(files))
-    task = Task(
+def _cascade_task(problem: OpenEvolveProblem, quick: float, *, initial: bool = False) -> Task:
+    return Task(
         program_id="p",
         job_id="j",
-        problem=cascade.name,
+        problem=problem.name,
         source=f"QUICK = {quick}\nFULL = 3.0\n",
         seed=0,
         limits=SandboxLimits(wall_s=5, cpu_s=5),
+        initial=initial,
     )
-    evaluation = run_cascade(cascade, task, pool, worker="test")
-    assert evaluation.status is status
+
+
+@pytest.mark.parametrize(("quick", "stages", "score"), [(0.8, 2, 3.0), (0.2, 1, 0.2)])
+def test_a_program_below_a_threshold_stops_there_and_is_kept_with_its_stage_score(
+    pool: SandboxPool, quick: float, stages: int, score: float
+) -> None:
+    files = bundle_files(CASCADE, "evaluator:\n  cascade_thresholds: [0.5]\n")
+    cascade = OpenEvolveProblem(make_bundle(files))
+    evaluation = run_cascade(cascade, _cascade_task(cascade, quick), pool, worker="test")
+    assert evaluation.status is ProgramStatus.EVALUATED
     assert [s.stage for s in evaluation.stages] == ["stage1", "stage2"][:stages]
     assert evaluation.score == score
+    assert evaluation.metrics["combined_score"] == score
+    if stages == 1:
+        assert evaluation.stages[0].passed
+        assert "stopped here: score 0.2; the stage wants at least 0.5" in evaluation.feedback
+        assert "later stages did not run" in evaluation.feedback
+
+
+HARD_GATE = "evaluator:\n  cascade_thresholds: [0.5]\n  cascade_thresholds_reject: true\n"
+
+
+def test_with_the_hard_gate_a_program_below_a_threshold_is_rejected(pool: SandboxPool) -> None:
+    cascade = OpenEvolveProblem(make_bundle(bundle_files(CASCADE, HARD_GATE)))
+    evaluation = run_cascade(cascade, _cascade_task(cascade, 0.2), pool, worker="test")
+    assert evaluation.status is ProgramStatus.REJECTED
+    assert [s.stage for s in evaluation.stages] == ["stage1"]
+    assert evaluation.score is None
+    assert "rejected: score 0.2" in evaluation.feedback
+
+
+def test_the_initial_program_below_a_hard_gate_is_kept_with_its_stage_score(
+    pool: SandboxPool,
+) -> None:
+    cascade = OpenEvolveProblem(make_bundle(bundle_files(CASCADE, HARD_GATE)))
+    task = _cascade_task(cascade, 0.2, initial=True)
+    evaluation = run_cascade(cascade, task, pool, worker="test")
+    assert evaluation.status is ProgramStatus.EVALUATED
+    assert [s.stage for s in evaluation.stages] == ["stage1"]
+    assert evaluation.score == 0.2
 
 
 def test_feature_dimensions_come_from_metrics_and_stay_out_of_the_score(

@@ -24,6 +24,7 @@ def task_to_dict(task: Task) -> dict[str, Any]:
         "start_stage": task.start_stage,
         "prior_stages": [stage_to_dict(s) for s in task.prior_stages],
         "remeasure": task.remeasure,
+        "initial": task.initial,
     }
 
 
@@ -41,6 +42,7 @@ def task_from_dict(data: dict[str, Any]) -> Task:
         start_stage=int(data.get("start_stage", 0)),
         prior_stages=tuple(stage_from_dict(s) for s in data.get("prior_stages", [])),
         remeasure=int(data.get("remeasure", 0)),
+        initial=bool(data.get("initial", False)),
     )
 
 

@@ -102,6 +102,12 @@ class RunConfig(_Frozen):
     """Everything that defines one evolution run of one problem."""
 
     problem: str = Field(description="registered problem name, e.g. 'gemm-tiling'")
+    label: str | None = Field(
+        None,
+        max_length=200,
+        description="what the user named the problem by, shown instead of a bundle's "
+        "'bundle:<sha256>': the folder (with its config file when not config.yaml) or the file",
+    )
     seed: int = Field(0, ge=0, description="seed of every random choice of the run")
     max_proposals: int = Field(1000, ge=1, description="budget: proposals made (applied or not)")
     max_wall_s: float | None = Field(None, gt=0, description="budget: wall-clock seconds")

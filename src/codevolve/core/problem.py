@@ -78,11 +78,15 @@ class Candidate(Protocol):
 class Threshold:
     """When a stage lets a program through: score >= absolute and >= relative * parent's score.
 
-    The parent-relative part is skipped when the parent has no score for the stage.
+    The parent-relative part is skipped when the parent has no score for the stage. Below it,
+    ``rejects`` decides what becomes of the program: True (a gate) rejects it, so that it never
+    enters the archive; False (OpenEvolve's cascade) only stops the cascade there, and the
+    program is kept, evaluated, with the stages it ran and the last one's score.
     """
 
     absolute: float | None = None
     relative: float | None = None
+    rejects: bool = True
 
     def passes(self, score: float | None, parent_score: float | None) -> bool:
         if score is None:

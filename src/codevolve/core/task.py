@@ -35,6 +35,9 @@ class Task:
     # winner confirmed on fresh inputs before it is reported), which never changes the program's
     # own status or figures.
     remeasure: int = 0
+    # The job's initial program: a threshold only stops its cascade, never rejects it (a job
+    # needs its seed in the archive), whatever the stage's Threshold.rejects says.
+    initial: bool = False
 
 
 def failed_evaluation(task: Task, error: str, *, worker: str) -> Evaluation:

@@ -67,8 +67,10 @@ def run_cascade(
 ) -> Evaluation:
     """Run the stages in order, from ``task.start_stage``, until one does not pass.
 
-    The evaluation is ``evaluated`` when every stage passes, ``rejected`` when a score falls below
-    a stage's threshold, ``failed`` on an error. A stage needing a capability this worker lacks
+    The evaluation is ``evaluated`` when every stage passes or when a score falls below a
+    threshold that only stops the cascade (``Threshold.rejects`` false, or the job's initial
+    program: kept with the stages it ran), ``rejected`` when it falls below one that rejects,
+    ``failed`` on an error. A stage needing a capability this worker lacks
     (a GPU stage, without ``device``) stops the run with the stages so far and ``handoff`` set to
     that capability. Raises only SandboxUnavailable: then no candidate can run on this worker,
     and the task should go to another.
@@ -117,8 +119,11 @@ def run_cascade(
                 break
             parent_score = task.parent_scores.get(name)
             result, status = _run_stage(stage, candidate, rng, parent_score, device)
+            below = status is ProgramStatus.REJECTED
+            if below and (task.initial or not _rejects(stage)):
+                result, status = _stopped(result), ProgramStatus.EVALUATED
             results.append(result)
-            if status is not ProgramStatus.EVALUATED:
+            if below or status is not ProgramStatus.EVALUATED:
                 break
     except SandboxUnavailable:
         raise
@@ -170,6 +175,17 @@ def _run_stage(
         feedback = f"{result.feedback}\n{note}" if result.feedback else note
         return dataclasses.replace(result, passed=False, feedback=feedback), ProgramStatus.REJECTED
     return result, ProgramStatus.EVALUATED
+
+
+def _rejects(stage: Stage) -> bool:
+    return stage.threshold is None or stage.threshold.rejects
+
+
+def _stopped(result: StageResult) -> StageResult:
+    """A stage below a threshold that only stops the cascade: its figures stand (the program is
+    kept with them, its score the stage's), and its feedback says the later stages did not run."""
+    note = result.feedback.replace("rejected: ", "stopped here: ", 1)
+    return dataclasses.replace(result, passed=True, feedback=f"{note}; later stages did not run")
 
 
 def invalid_figures(result: StageResult) -> str | None:

@@ -15,6 +15,7 @@ from codevolve.services.controller.flights import Flights
 from codevolve.services.controller.proposal_pool import Settled, content_hash
 from codevolve.services.controller.proposal_writes import (
     Answered,
+    KnownSources,
     ProposalWrites,
     Written,
     answered,
@@ -88,7 +89,7 @@ async def test_proposals_settled_together_share_batches_and_duplicates_get_no_ta
     store = _CountingStore(stored.sessions, stored.job.id)
     store.batches = []
     queue = LocalQueue()
-    writes = ProposalWrites(store, Flights(stored.job, queue, store))
+    writes = ProposalWrites(store, Flights(stored.job, queue, store), known=KnownSources())
     parent = new_program(stored.job.id)
     async with store.transaction() as unit:
         await unit.insert_program(parent)

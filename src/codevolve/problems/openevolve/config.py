@@ -25,6 +25,7 @@ from codevolve.problems.openevolve.bundle import CONFIG, BundleError
 DEFAULT_BINS = 10  # OpenEvolve's default feature_bins
 DEFAULT_FEATURES = ("complexity", "diversity")  # OpenEvolve's default feature_dimensions
 COMPLEXITY = "complexity"  # built in: the program's length in characters
+THRESHOLDS_REJECT = "cascade_thresholds_reject"  # evaluator.*: a codevolve key, not OpenEvolve's
 UNSUPPORTED_FEATURES = frozenset({"diversity"})  # needs the population; not a per-program value
 
 # Keys OpenEvolve knows that have no counterpart here: warned as ignored, never unknown.
@@ -129,6 +130,9 @@ class BundleConfig:
     run_fields: Mapping[str, Any]  # RunConfig field -> value, validated with the RunConfig
     cascade: bool = True
     thresholds: tuple[float, ...] = ()
+    # codevolve's own key: True makes each threshold a gate that rejects a program below it
+    # (it never enters the archive); OpenEvolve's default, False, only stops the cascade there.
+    thresholds_reject: bool = False
     feature_dimensions: tuple[str, ...] = DEFAULT_FEATURES
     feature_bins: Mapping[str, int] | None = None  # per dimension; None: DEFAULT_BINS each
     system_message: str = ""
@@ -209,12 +213,17 @@ class _Reader:
         self._sandbox(evaluator)
         cascade = bool(evaluator.pop("cascade_evaluation", True))
         thresholds = self._thresholds(evaluator)
+        thresholds_reject = evaluator.pop(THRESHOLDS_REJECT, False)
+        if not isinstance(thresholds_reject, bool):
+            key = f"evaluator.{THRESHOLDS_REJECT}"
+            raise BundleError(f"{CONFIG}: {key} must be true or false, not {thresholds_reject!r}")
         self._models(llm)
         self._leftovers()
         return BundleConfig(
             run_fields=self._run,
             cascade=cascade,
             thresholds=thresholds,
+            thresholds_reject=thresholds_reject,
             feature_dimensions=features,
             feature_bins=bins,
             system_message=system_message,

@@ -7,8 +7,10 @@ data, checks it and judges it. The evaluator is never imported here.
 Fitness follows OpenEvolve: ``combined_score`` when present, else the mean of the numeric metrics
 (booleans, NaN and feature dimensions left out); higher is better. Stage N+1 runs when stage N's
 fitness is at least ``evaluator.cascade_thresholds[N-1]`` (no threshold listed: it runs); a program
-below it is rejected. Text metrics (error strings), non-finite values, artifacts (``llm_feedback``,
-tracebacks) and the evaluator's stderr become the stage's feedback, which children's prompts show.
+below it stops there and is kept with the stages it ran, as in OpenEvolve (with
+``evaluator.cascade_thresholds_reject: true``, codevolve's own key, it is rejected instead). Text
+metrics (error strings), non-finite values, artifacts (``llm_feedback``, tracebacks) and the
+evaluator's stderr become the stage's feedback, which children's prompts show.
 """
 
 from __future__ import annotations
@@ -237,7 +239,9 @@ class OpenEvolveProblem:
                 name=function.removeprefix("evaluate_") if len(functions) > 1 else function,
                 function=function,
                 # A threshold gates the next stage, so the last stage has none.
-                threshold=Threshold(absolute=thresholds[index])
+                threshold=Threshold(
+                    absolute=thresholds[index], rejects=self._config.thresholds_reject
+                )
                 if index < len(thresholds) and index < len(functions) - 1
                 else None,
                 files=files,

@@ -245,10 +245,22 @@ def _cmd_db(args: argparse.Namespace) -> int:
 
 def _print_program(console: Console, summary: dict[str, Any]) -> None:
     table = Table(title=f"program {summary['id']}", show_header=False)
+    for key in ("job_id", "status"):
+        table.add_row(key, str(summary.get(key)))
+    # The figure the search picked it on, and (re-measured as a would-be best) the confirmed
+    # one: `status` and the run's summary show the latter for the job's best.
+    table.add_row("score (as evaluated)", str(summary.get("score")))
+    remeasure = summary.get("remeasure")
+    if remeasure is not None:
+        confirmed = remeasure["confirmed"]
+        samples = len(remeasure["samples"])
+        table.add_row(
+            "score (confirmed)",
+            f"{remeasure['verdict']}: {confirmed} on {samples} fresh samples"
+            if confirmed is not None
+            else f"{remeasure['verdict']}: {remeasure['note']}",
+        )
     for key in (
-        "job_id",
-        "status",
-        "score",
         "island",
         "generation",
         "parent_id",

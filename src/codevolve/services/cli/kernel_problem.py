@@ -118,4 +118,4 @@ def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     if args.problem or args.problem_dir is not None:
         raise ConfigError("run: give one of a problem name, --problem-dir or --kernel-problem")
     spec = read_spec(args.kernel_problem, judge_settings(args))
-    return kernel_run_config(spec, args)
+    return kernel_run_config(spec, args, fields={"label": Path(args.kernel_problem).name})

@@ -141,7 +141,7 @@ def _cmd_kernelbench(args: argparse.Namespace) -> int:
             refused.append((path.stem, str(exc)))
             console.print(f"[yellow]skipped:[/yellow] {exc}", highlight=False, soft_wrap=True)
             continue
-        configs.append((spec.name, kernel_run_config(spec, args)))
+        configs.append((spec.name, kernel_run_config(spec, args, fields={"label": path.name})))
     console.print(
         f"{len(configs)} problems from {folder}, {args.proposals} proposals each"
         + (f"; {len(refused)} skipped" if refused else "")

@@ -49,7 +49,7 @@ def run_config_from_args(args: argparse.Namespace) -> tuple[RunConfig, tuple[str
         selection = select_folder(args.problem_dir, config=args.config)
         bundle = selection.bundle
         keys = {key: value for key in JOB_KEYS if (value := getattr(args, key, None)) is not None}
-        fields: dict[str, Any] = {}
+        fields: dict[str, Any] = {"label": folder_label(args.problem_dir, args.config)}
         proposer = _proposer_overrides(args, openevolve_problem(bundle).config.run_fields)
         if proposer is not None:
             fields["proposer"] = proposer
@@ -72,6 +72,14 @@ def _naming_config(config_file: str) -> Iterator[None]:
         if about != CONFIG or not colon or config_file == CONFIG:
             raise
         raise BundleError(f"{config_file}:{rest}") from exc
+
+
+def folder_label(folder: Path, config: Path | None) -> str:
+    """The folder's name, and its config file's when it is not the folder's config.yaml."""
+    name = Path(folder).resolve().name or str(folder)
+    if config is None or Path(config).resolve() == (Path(folder) / CONFIG).resolve():
+        return name
+    return f"{name}/{Path(config).name}"
 
 
 def _proposer_overrides(

@@ -237,7 +237,8 @@ class ProgressBar:
 
     def start(self, job: Job) -> None:
         self._console.print(
-            f"job [bold]{job.id}[/bold] ({job.config.problem}, seed {job.config.seed})"
+            f"job [bold]{job.id}[/bold] ({job.config.label or job.config.problem}, "
+            f"seed {job.config.seed})"
         )
         self._task = self._bar.add_task(
             "proposals", total=job.config.max_proposals, rate=0.0, failed=0, rejected=0, best="-"
@@ -299,8 +300,10 @@ def print_summary(console: Console, report: dict[str, Any]) -> None:
     columns = [name for name in train if name != "evolved_over_oracle"]
     if columns == ["evolved"]:  # no baselines (a bundle): the score is the evaluator's own
         console.print(
-            f"score: initial {_fmt(report.get('initial_score'))}, "
-            f"best {_fmt(report.get('best_score'))}"
+            f"score (confirmed on {report['remeasure_samples']} fresh samples): "
+            f"initial {_fmt(report.get('initial_score'))}, best {_fmt(report.get('best_score'))}; "
+            f"as picked: initial {_fmt(report.get('initial_picked_score'))}, "
+            f"best {_fmt(report.get('best_picked_score'))}"
         )
         console.print(f"best program: {report['best_program_id']}")
         return

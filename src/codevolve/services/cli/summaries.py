@@ -81,7 +81,8 @@ def _geomean(values: Sequence[float]) -> float:
 
 def print_status(console: Console, status: dict[str, Any]) -> None:
     """A job's state, budget, program counts and best program, in a few lines."""
-    console.print(f"job {status['job_id']} ({status['problem']}): {status['state']}", markup=False)
+    problem = status.get("label") or status["problem"]
+    console.print(f"job {status['job_id']} ({problem}): {status['state']}", markup=False)
     if status.get("error"):
         console.print(f"  note: {_one_line(status['error'])}", markup=False)
     console.print(
@@ -107,7 +108,13 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
     elif best is None:
         console.print("  best: none evaluated yet")
     else:
-        console.print(f"  best: {best:.4f}, program {status['best_program_id']}", markup=False)
+        picked = status.get("best_picked_score")
+        as_picked = "" if picked is None else f"; {picked:.4f} as evaluated when picked"
+        console.print(
+            f"  best: {best:.4f} confirmed on {status['remeasure_samples']} fresh samples"
+            f"{as_picked}, program {status['best_program_id']}",
+            markup=False,
+        )
     console.print("(--json prints every field, the config included)", style="dim")
 
 

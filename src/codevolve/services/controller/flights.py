@@ -64,6 +64,7 @@ class Flights:
             parent_scores=parent_scores,
             limits=config.sandbox,
             attempt=program.attempts,
+            initial=program.parent_id is None,
         )
 
     async def resend(self, program: Program, *, holds_slot: bool = False) -> None:

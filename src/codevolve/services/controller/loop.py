@@ -45,6 +45,7 @@ from codevolve.services.controller.progress import Progress
 from codevolve.services.controller.proposal_ledger import ProposalLedger
 from codevolve.services.controller.proposal_pool import ProposalPool, content_hash
 from codevolve.services.controller.proposal_writes import (
+    KnownSources,
     ProposalWrites,
     Written,
     answered,
@@ -60,6 +61,9 @@ CONTROL_POLL_S = 2.0  # seconds; how often the job's state is re-read (pause/can
 # seconds; how often a running job's wall time is stored (readers show a running job's time
 # without knowing when its run began; a crash loses at most this much of the wall budget)
 WALL_SAVE_S = 2.0
+# Draws a cpu_bound proposer (the simulated one) gets again, without spending a proposal, when
+# its child is a copy of a program the job holds; past them the copy is logged as a duplicate.
+DUPLICATE_RETRIES = 8
 
 __all__ = ["Controller", "Progress", "content_hash"]
 
@@ -95,7 +99,8 @@ class Controller:
         )
         self._slots = asyncio.Semaphore(self._config.max_in_flight)
         self._flights = Flights(job, queue, self._store)
-        self._writes = ProposalWrites(self._store, self._flights)
+        known = KnownSources(content_hash(problem.initial_program))
+        self._writes = ProposalWrites(self._store, self._flights, known=known)
         self._parents = ParentCache(self._store, self._config)
         self._results = ResultApplier(self._store, self._parents, problem.features)
         self._reads = ResultReads(queue)
@@ -239,6 +244,11 @@ class Controller:
             render=self._renders_prompts,
         )
         settled = await self._pool.settle(prompt, rng)
+        retries = DUPLICATE_RETRIES if self._proposer.cpu_bound else 0
+        while retries and self._writes.copies_known(settled):
+            # A copy of a known program: another draw costs nothing, a proposal would.
+            settled = await self._pool.settle(prompt, rng)
+            retries -= 1
         parent = sample.parent
         proposal = settled.proposal
         answer = answered(

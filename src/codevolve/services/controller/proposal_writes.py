@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from codevolve.core.diff import ApplyFailure
+from codevolve.core.diff import ApplyFailure, ApplyFailureKind
 from codevolve.core.job import Job
 from codevolve.core.program import Program, ProgramStatus
 from codevolve.core.prompt import Prompt, ProposalStatus
@@ -137,14 +137,44 @@ class _Write:
     done: asyncio.Future[Written]
 
 
+class KnownSources:
+    """The content hashes of the job's programs that this controller wrote or met, so that a
+    proposer whose answers cost nothing (the simulated one) can try again before a copy spends a
+    proposal. Kept as 64-bit prefixes (a million programs in tens of MiB): a collision only costs
+    one more try. A resumed controller starts with the initial program's alone; the database's
+    unique content hash still catches every copy, logged as a duplicate."""
+
+    def __init__(self, *hashes: str) -> None:
+        self._prefixes = {self._prefix(h) for h in hashes}
+
+    def __contains__(self, content_hash: str) -> bool:
+        return bool(content_hash) and self._prefix(content_hash) in self._prefixes
+
+    def add(self, content_hash: str) -> None:
+        self._prefixes.add(self._prefix(content_hash))
+
+    @staticmethod
+    def _prefix(content_hash: str) -> int:
+        return int(content_hash[:16], 16)
+
+
 class ProposalWrites:
     """Writes settled proposals in batches, then sends their children's tasks."""
 
-    def __init__(self, store: JobStore, flights: Flights) -> None:
+    def __init__(self, store: JobStore, flights: Flights, *, known: KnownSources) -> None:
         self._store = store
         self._flights = flights
+        self.known = known  # every child written goes in, inserted or a duplicate
         self._writes: list[_Write] = []  # settled proposals waiting for the writer
         self._writing = False  # a proposal is writing batches now; others join its next one
+
+    def copies_known(self, settled: Settled) -> bool:
+        """The settled child is a program the job holds: the parent itself (no change), or a
+        program written before."""
+        outcome = settled.outcome
+        if isinstance(outcome, ApplyFailure):
+            return outcome.kind is ApplyFailureKind.NO_CHANGE
+        return settled.content_hash in self.known
 
     async def write(
         self, answer: Answered, *, parent_scores: dict[str, float], seed: int
@@ -174,6 +204,8 @@ class ProposalWrites:
         children = [write.answered.child for write in batch if write.answered.child is not None]
         entries = [write.answered.entry for write in batch]
         inserted = await self._store.write_proposals(children, entries)
+        for written in children:
+            self.known.add(written.content_hash)
         flights = []
         for write in batch:
             child = write.answered.child

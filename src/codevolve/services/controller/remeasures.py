@@ -129,4 +129,5 @@ class Remeasures:
             parent_scores={},
             limits=config.sandbox,
             remeasure=sample,
+            initial=program.parent_id is None,
         )

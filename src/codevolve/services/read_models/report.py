@@ -2,7 +2,9 @@
 
 The best program is the job's confirmed best: ``best_score`` is its figure on independent
 samples, beside ``best_picked_score`` (the figure it was picked on), ``best_note`` and
-``best_spread``; its train and test rows are its own evaluation's figures."""
+``best_spread``; its train and test rows are its own evaluation's figures. The initial program
+is the first would-be best, re-measured the same way: ``initial_score`` is its confirmed figure,
+``initial_picked_score`` its own evaluation's, so that initial and best compare like with like."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from codevolve.core.measurement import Verdict
 from codevolve.core.problem import TRAIN_SCORE, Problem
+from codevolve.core.program import Program
 from codevolve.core.prompt import ProposalStatus
 from codevolve.program_db import repository
 from codevolve.services.read_models.usage import job_usage
@@ -38,6 +42,7 @@ async def build_report(session: AsyncSession, job_id: str, problem: Problem) -> 
     report: dict[str, Any] = {
         "job_id": job_id,
         "problem": job.config.problem,
+        "label": job.config.label,
         "state": job.state.value,
         "seed": job.config.seed,
         "proposals": sum(proposals.values()),
@@ -50,7 +55,7 @@ async def build_report(session: AsyncSession, job_id: str, problem: Problem) -> 
         "duplicates": proposals.get(ProposalStatus.DUPLICATE, 0),
         "wall_s": round(job.wall_s, 3),
         "initial_program_id": initial.id if initial else None,
-        "initial_score": initial.score if initial else None,
+        **initial_figures(initial),  # initial_score (confirmed), initial_picked_score...
         **await job_best(session, job),  # best_program_id, best_score (confirmed), best_spread...
         "max_cost_usd": job.config.proposer.max_cost_usd,
         **await job_usage(session, job_id),  # tokens_in, tokens_out, cost_usd, by_proposer, ...
@@ -66,3 +71,20 @@ async def build_report(session: AsyncSession, job_id: str, problem: Problem) -> 
         row["evolved_over_oracle"] = evolved / oracle if evolved is not None and oracle else None
         report[split] = row
     return report
+
+
+def initial_figures(initial: Program | None) -> dict[str, Any]:
+    """The initial program's figures as the best's are given: ``initial_score`` confirmed on
+    independent samples (None when it was not re-measured, or refuted: ``initial_verdict``
+    says which), ``initial_picked_score`` from its own evaluation."""
+    remeasure = None if initial is None else initial.remeasure
+    confirmed = (
+        remeasure.confirmed
+        if remeasure is not None and remeasure.verdict is Verdict.CONFIRMED
+        else None
+    )
+    return {
+        "initial_score": confirmed,
+        "initial_picked_score": None if initial is None else initial.score,
+        "initial_verdict": None if remeasure is None else remeasure.verdict.value,
+    }

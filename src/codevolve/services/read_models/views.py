@@ -101,6 +101,7 @@ async def job_status(session: AsyncSession, job_id: str) -> dict[str, Any]:
     return {
         "job_id": job.id,
         "problem": job.config.problem,
+        "label": job.config.label,  # the folder or file the user named; None for a built-in
         "state": job.state.value,
         "error": job.error,
         "proposals": sum(proposals.values()),
