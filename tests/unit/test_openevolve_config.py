@@ -23,6 +23,7 @@ llm:
   secondary_model: "strong"
   secondary_model_weight: 0.2
   temperature: 0.7
+  top_p: 0.9
 prompt:
   system_message: "Make it faster."
   num_top_programs: 4
@@ -33,6 +34,7 @@ database:
   migration_interval: 25
   migration_rate: 0.1
   exploitation_ratio: 0.6
+  diversity_metric: "edit_distance"
   feature_dimensions: ["complexity", "diversity", "accuracy"]
   feature_bins: {complexity: 5, accuracy: 4}
 evaluator:
@@ -76,11 +78,58 @@ def test_legacy_model_keys_become_the_ensemble() -> None:
     assert any(w.startswith("llm: models mapped") for w in warnings)
 
 
+LLM_SETTINGS = """\
+llm:
+  api_base: "http://localhost:9000/v1"
+  temperature: 0.3
+  max_tokens: 2000
+  timeout: 20
+  retries: 2
+  retry_delay: 1
+  api_key: "sk-test-0123456789abcdef"
+  models:
+    - name: "fast"
+      weight: 0.7
+    - name: "strong"
+      weight: 0.3
+      temperature: 1.1
+      api_key: "${STRONG_KEY}"
+"""
+
+
+def test_llm_settings_reach_every_model_and_the_retry_policy() -> None:
+    config, warnings = bundle_run_config(bundle(LLM_SETTINGS), {})
+    fast, strong = config.proposer.models
+    assert (fast.temperature, fast.max_tokens, fast.timeout_s) == (0.3, 2000, 20)
+    assert (strong.temperature, strong.max_tokens, strong.timeout_s) == (1.1, 2000, 20)
+    assert (config.proposer.max_attempts, config.proposer.backoff_s) == (3, 1)
+    assert config.proposer.deadline_s == 20 * 3 + 1 * (1 + 2)  # every attempt and its waits
+    assert not [w for w in warnings if "ignored" in w]
+
+
+def test_a_key_written_in_the_config_is_taken_out_of_the_bundle_and_named_by_a_variable() -> None:
+    made = bundle(LLM_SETTINGS)
+    assert "sk-test-0123456789abcdef" not in made.config_text
+    assert "${CODEVOLVE_LLM_API_KEY}" in made.config_text
+    config, _ = bundle_run_config(made, {})
+    assert [m.api_key_env for m in config.proposer.models] == [
+        "CODEVOLVE_LLM_API_KEY",
+        "STRONG_KEY",  # ${VARIABLE} names where the key is, as in OpenEvolve
+    ]
+    assert "sk-test" not in config.model_dump_json()
+
+
+def test_a_config_without_a_key_keeps_the_environment_default() -> None:
+    config, _ = bundle_run_config(bundle("llm:\n  models: [{name: m}]\n"), {})
+    assert config.proposer.models[0].api_key_env == "OPENAI_API_KEY"
+    assert config.proposer.models[0].timeout_s is None
+
+
 def test_unknown_and_unused_keys_are_warned_never_dropped_silently() -> None:
     warnings = read_config(CONFIG).warnings
     assert "mystery_top_level: unknown key; ignored" in warnings
     assert "prompt.fancy_prompt_option: unknown key; ignored" in warnings
-    for recognised in ("checkpoint_interval", "llm.temperature", "evaluator.parallel_evaluations"):
+    for recognised in ("checkpoint_interval", "llm.top_p", "database.diversity_metric"):
         assert f"{recognised}: recognised but has no effect here; ignored" in warnings
     assert any("'diversity' is not supported" in w for w in warnings)
 
@@ -131,6 +180,14 @@ def test_an_empty_or_missing_config_gives_the_defaults() -> None:
 def test_malformed_configs_name_the_key(text: str, at_fault: str) -> None:
     with pytest.raises(BundleError, match=f"^config.yaml: {at_fault}"):
         read_config(text)
+
+
+def test_an_llm_value_the_run_config_refuses_names_the_llm_key() -> None:
+    text = "llm:\n  temperature: 5\n  models: [{name: m}]\n"
+    with pytest.raises(BundleError, match=r"llm\.temperature must be at most 2"):
+        bundle_run_config(bundle(text), {})
+    with pytest.raises(BundleError, match=r"llm\.retries must be at most 20"):
+        bundle_run_config(bundle("llm:\n  retries: 40\n"), {})
 
 
 def test_a_value_the_run_config_refuses_names_the_config_key() -> None:

@@ -20,8 +20,13 @@ from typing import Any
 import yaml
 
 from codevolve.core.problem import FeatureSpec
+from codevolve.problems.openevolve import api_keys
 from codevolve.problems.openevolve.bundle import CONFIG, BundleError
 
+OPENEVOLVE_RETRIES = 3  # OpenEvolve's llm.retries when a config sets only llm.timeout
+OPENEVOLVE_RETRY_DELAY = 5.0  # seconds, its llm.retry_delay
+MIN_DELAY = 0.01  # seconds, the shortest first retry delay here
+MAX_DEADLINE = 3600.0  # seconds, the longest proposal deadline a RunConfig takes
 DEFAULT_BINS = 10  # OpenEvolve's default feature_bins
 DEFAULT_FEATURES = ("complexity", "diversity")  # OpenEvolve's default feature_dimensions
 COMPLEXITY = "complexity"  # built in: the program's length in characters
@@ -42,13 +47,7 @@ _IGNORED = {
         "evolution_trace",
     },
     "llm": {
-        "api_key",
-        "temperature",
         "top_p",
-        "max_tokens",
-        "timeout",
-        "retries",
-        "retry_delay",
         "evaluator_models",
         "random_seed",
         "reasoning_effort",
@@ -119,6 +118,12 @@ SOURCES = {
     "sandbox.wall_s": "evaluator.timeout",
     "sandbox.cpu_s": "evaluator.timeout",
     "sandbox.memory_mb": "evaluator.memory_limit_mb",
+    "proposer.max_attempts": "llm.retries",
+    "proposer.backoff_s": "llm.retry_delay",
+    "proposer.deadline_s": "llm.timeout",
+    "proposer.models.*.temperature": "llm.temperature",
+    "proposer.models.*.max_tokens": "llm.max_tokens",
+    "proposer.models.*.timeout_s": "llm.timeout",
 }
 
 
@@ -302,8 +307,11 @@ class _Reader:
         )
 
     def _models(self, llm: dict[str, Any]) -> None:
-        """``llm.models`` (and the legacy primary/secondary pair) become ``proposer.models``."""
+        """``llm.models`` (and the legacy primary/secondary pair) become ``proposer.models``; the
+        shared settings (``temperature``, ``max_tokens``, ``timeout``, ``api_key``) apply to each
+        model that does not set its own, ``retries`` and ``retry_delay`` to the proposer."""
         api_base = llm.pop("api_base", None)
+        shared = self._model_settings("llm.", llm)
         models: list[dict[str, Any]] = []
         listed = llm.pop("models", None) or []
         if not isinstance(listed, list):
@@ -311,11 +319,13 @@ class _Reader:
         for index, entry in enumerate(listed):
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
                 raise BundleError(f"{CONFIG}: llm.models[{index}] needs a name")
-            weight = self._number(f"llm.models[{index}].weight", entry.get("weight", 1.0), float)
-            models.append(_model(entry["name"], weight, entry.get("api_base") or api_base))
-            extra = sorted(set(entry) - {"name", "weight", "api_base"})
-            if extra:
-                self._warnings.append(f"llm.models[{index}]: {', '.join(extra)} ignored")
+            entry = dict(entry)
+            weight = self._number(f"llm.models[{index}].weight", entry.pop("weight", 1.0), float)
+            name, base = entry.pop("name"), entry.pop("api_base", None) or api_base
+            own = self._model_settings(f"llm.models[{index}].", entry)
+            models.append({**_model(name, weight, base), **shared, **own})
+            if entry:
+                self._warnings.append(f"llm.models[{index}]: {', '.join(sorted(entry))} ignored")
         for legacy in ("primary_model", "secondary_model"):
             name = llm.pop(legacy, None)
             weight = llm.pop(f"{legacy}_weight", None)
@@ -325,12 +335,51 @@ class _Reader:
                 raise BundleError(f"{CONFIG}: llm.{legacy} must be a model name")
             share = 1.0 if weight is None else self._number(f"llm.{legacy}_weight", weight, float)
             if share > 0:
-                models.append(_model(name, share, api_base))
+                models.append({**_model(name, share, api_base), **shared})
+        proposer = self._retries(llm, shared.get("timeout_s"))
         if models:
-            self._run["proposer"] = {"models": models}
+            proposer["models"] = models
             self._warnings.append(
                 "llm: models mapped to proposer.models; they are asked only by the llm proposer"
             )
+        if proposer:
+            self._run["proposer"] = proposer
+
+    def _model_settings(self, where: str, section: dict[str, Any]) -> dict[str, Any]:
+        """The ModelConfig fields a section of ``llm`` sets (popped from it)."""
+        settings: dict[str, Any] = {}
+        for key, field, kind in _MODEL_SETTINGS:
+            value = section.pop(key, None)
+            if value is not None:
+                settings[field] = self._number(where + key, value, kind)
+        key = section.pop("api_key", None)
+        if key is not None:
+            if not isinstance(key, str):
+                raise BundleError(f"{CONFIG}: {where}api_key must be text")
+            variable = api_keys.reference(key)
+            if variable is None:  # a literal key: only in a config that no bundle holds yet
+                variable = api_keys.literal_variable(where)
+            settings["api_key_env"] = variable
+        return settings
+
+    def _retries(self, llm: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:
+        """``retries`` (after the first request) and ``retry_delay`` (seconds before a retry);
+        with ``timeout`` (per request), the proposal's deadline lets every attempt run its
+        full time, as OpenEvolve does."""
+        proposer: dict[str, Any] = {}
+        retries = llm.pop("retries", None)
+        if retries is not None:
+            proposer["max_attempts"] = self._number("llm.retries", retries, int) + 1
+        delay = llm.pop("retry_delay", None)
+        if delay is not None:
+            # OpenEvolve waits this long before each retry; here it is the first wait, doubled
+            # after each further failure. No wait at all is taken as the shortest one allowed.
+            proposer["backoff_s"] = max(self._number("llm.retry_delay", delay, float), MIN_DELAY)
+        if timeout_s is not None:
+            attempts = proposer.get("max_attempts", OPENEVOLVE_RETRIES + 1)
+            waits = proposer.get("backoff_s", OPENEVOLVE_RETRY_DELAY) * (2 ** (attempts - 1) - 1)
+            proposer["deadline_s"] = min(MAX_DEADLINE, timeout_s * attempts + waits)
+        return proposer
 
     def _leftovers(self) -> None:
         sections = {"": self._raw, **self._sections}
@@ -341,6 +390,13 @@ class _Reader:
                     self._warnings.append(f"{where}: recognised but has no effect here; ignored")
                 else:
                     self._warnings.append(f"{where}: unknown key; ignored")
+
+
+_MODEL_SETTINGS = (
+    ("temperature", "temperature", float),
+    ("max_tokens", "max_tokens", int),
+    ("timeout", "timeout_s", float),
+)
 
 
 def _model(name: str, weight: float, api_base: object) -> dict[str, Any]:

@@ -6,12 +6,14 @@ The folder is loaded (OpenEvolve layout), its ``config.yaml`` mapped onto the jo
 ``bundle:<sha256>``. Only the files the evaluator needs are bundled, and a warning names those left
 out (``codevolve.problems.openevolve.selection``). The run stores the files in the ``bundles``
 table with the job, so that ``--resume`` and other processes find them. The evaluator is never
-imported here: only the sandbox runs it.
+imported here: only the sandbox runs it. An API key written in ``config.yaml`` is held in this
+process's environment for the LLM client, never stored.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,9 @@ def run_config_from_args(args: argparse.Namespace) -> tuple[RunConfig, tuple[str
         raise ConfigError("run: give a problem name or --problem-dir, not both")
     selection = select_folder(args.problem_dir, config=args.config)
     bundle = selection.bundle
+    # A key written in config.yaml lives only in this process: the bundle and the job's config
+    # name the variable that holds it (problems/openevolve/api_keys.py).
+    os.environ.update(selection.api_keys)
     keys = {key: value for key in JOB_KEYS if (value := getattr(args, key, None)) is not None}
     fields: dict[str, Any] = {}
     proposer = _proposer_overrides(args, openevolve_problem(bundle).config.run_fields)
