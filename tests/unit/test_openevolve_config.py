@@ -63,7 +63,7 @@ def test_mapped_keys_land_in_the_run_config() -> None:
     assert (config.max_proposals, config.seed, config.max_code_length) == (250, 11, 5000)
     assert (config.top_inspirations, config.diverse_inspirations) == (4, 2)
     assert (config.islands, config.migration_interval, config.exploit_ratio) == (3, 25, 0.6)
-    assert config.migrants == 2  # 10% of an island's 5 x 4 cells
+    assert config.migrants == 20  # 10% of an island's 5 x 10 x 4 cells (diversity: 10)
     assert (config.sandbox.wall_s, config.sandbox.cpu_s, config.sandbox.memory_mb) == (30, 30, 2048)
 
 
@@ -131,7 +131,9 @@ def test_unknown_and_unused_keys_are_warned_never_dropped_silently() -> None:
     assert "prompt.fancy_prompt_option: unknown key; ignored" in warnings
     for recognised in ("checkpoint_interval", "llm.top_p", "database.diversity_metric"):
         assert f"{recognised}: recognised but has no effect here; ignored" in warnings
-    assert any("'diversity' is not supported" in w for w in warnings)
+    assert not any("not supported" in w for w in warnings)
+    score = read_config("database:\n  feature_dimensions: [score, complexity]\n")
+    assert any("'score' is not supported" in w for w in score.warnings)
 
 
 def test_problem_settings_shape_the_cascade_and_features() -> None:
@@ -139,8 +141,17 @@ def test_problem_settings_shape_the_cascade_and_features() -> None:
     assert settings.thresholds == (0.3, 0.6)
     assert settings.system_message == "Make it faster."
     specs = settings.features(initial_length=100)
-    assert [(s.name, s.bins) for s in specs] == [("complexity", 5), ("accuracy", 4)]
-    assert (specs[0].low, specs[1].low, specs[1].high) == (50.0, 0.0, 1.0)
+    names = [(s.name, s.bins) for s in specs]
+    assert names == [("complexity", 5), ("diversity", 10), ("accuracy", 4)]
+    assert (specs[0].low, specs[2].low, specs[2].high) == (50.0, 0.0, 1.0)
+    assert (specs[1].low, specs[1].high) == (0.0, 1.0)
+
+
+def test_archive_size_raises_the_bins_as_in_openevolve() -> None:
+    text = "database:\n  archive_size: 400\n  feature_bins: 4\n"
+    assert [s.bins for s in read_config(text).features(initial_length=10)] == [20, 20]
+    small = "database:\n  archive_size: 9\n  feature_bins: 4\n"
+    assert [s.bins for s in read_config(small).features(initial_length=10)] == [4, 4]
 
 
 def test_command_line_options_override_the_config() -> None:
@@ -157,7 +168,8 @@ def test_command_line_options_override_the_config() -> None:
 def test_an_empty_or_missing_config_gives_the_defaults() -> None:
     settings = read_config("")
     assert settings.run_fields == {} and settings.warnings == ()
-    assert [s.name for s in settings.features(initial_length=10)] == ["complexity"]
+    features = settings.features(initial_length=10)
+    assert [(s.name, s.bins) for s in features] == [("complexity", 10), ("diversity", 10)]
 
 
 @pytest.mark.parametrize(

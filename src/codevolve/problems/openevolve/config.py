@@ -30,7 +30,8 @@ MAX_DEADLINE = 3600.0  # seconds, the longest proposal deadline a RunConfig take
 DEFAULT_BINS = 10  # OpenEvolve's default feature_bins
 DEFAULT_FEATURES = ("complexity", "diversity")  # OpenEvolve's default feature_dimensions
 COMPLEXITY = "complexity"  # built in: the program's length in characters
-UNSUPPORTED_FEATURES = frozenset({"diversity"})  # needs the population; not a per-program value
+DIVERSITY = "diversity"  # built in: how far the program's code is from the initial program's
+UNSUPPORTED_FEATURES = frozenset({"score"})  # a cell per score band: the elite rule already ranks
 
 # Keys OpenEvolve knows that have no counterpart here: warned as ignored, never unknown.
 _IGNORED = {
@@ -77,7 +78,6 @@ _IGNORED = {
         "in_memory",
         "log_prompts",
         "population_size",
-        "archive_size",
         "elite_selection_ratio",
         "exploration_ratio",
         "diversity_metric",
@@ -142,7 +142,8 @@ class BundleConfig:
 
     def features(self, *, initial_length: int) -> tuple[FeatureSpec, ...]:
         """MAP-Elites descriptors: ``complexity`` spans half to twice the initial program's
-        length; a metric the evaluator returns spans [0, 1]. ``diversity`` is left out."""
+        length; ``diversity`` (``core.similarity.distance_feature`` from the initial program)
+        and a metric the evaluator returns span [0, 1]. ``score`` is left out."""
         specs = []
         for name in self.feature_dimensions:
             if name in UNSUPPORTED_FEATURES:
@@ -256,7 +257,7 @@ class _Reader:
     def _features(self, database: dict[str, Any]) -> tuple[str, ...]:
         value = database.pop("feature_dimensions", None)
         if value is None:
-            return DEFAULT_FEATURES  # its "diversity" is left out without a word: not asked for
+            return DEFAULT_FEATURES
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
             features = tuple(value)
         else:
@@ -270,6 +271,14 @@ class _Reader:
 
     def _bins(self, database: dict[str, Any], features: tuple[str, ...]) -> dict[str, int] | None:
         value = database.pop("feature_bins", None)
+        archive = database.pop("archive_size", None)
+        if archive is not None and not isinstance(value, dict):
+            # OpenEvolve gives each dimension enough bins for the archive to hold this many cells
+            size = self._number("database.archive_size", archive, int)
+            dimensions = max(len([f for f in features if f not in UNSUPPORTED_FEATURES]), 1)
+            least = math.ceil(size ** (1 / dimensions) - 1e-9)
+            given = DEFAULT_BINS if value is None else self._number("database.feature_bins", value, int)
+            value = max(given, least)
         if value is None:
             return None
         if isinstance(value, dict):
