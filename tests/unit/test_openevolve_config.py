@@ -247,3 +247,13 @@ def test_fitness_of_a_nan_combined_score_falls_back_and_of_nothing_is_none() -> 
 def test_config_yaml_is_held_to_the_caps_of_every_source(text: str, message: str) -> None:
     with pytest.raises(BundleError, match=f"^config.yaml: {message}"):
         bundle_run_config(bundle(text), {})
+
+
+def test_parallel_evaluations_and_similarity_threshold_are_mapped() -> None:
+    text = "evaluator:\n  parallel_evaluations: 4\ndatabase:\n  similarity_threshold: 0.95\n"
+    settings = read_config(text)
+    assert settings.parallel_evaluations == 4 and not settings.warnings
+    config, _ = bundle_run_config(bundle(text), {})
+    assert config.novelty_threshold == 0.95
+    with pytest.raises(BundleError, match=r"database\.similarity_threshold must be at most 1"):
+        bundle_run_config(bundle("database:\n  similarity_threshold: 2\n"), {})

@@ -138,6 +138,13 @@ class RunConfig(_Frozen):
         0, ge=0, description="proposals between resets of the worse half of islands (0: never)"
     )
     max_code_length: int = Field(20000, ge=100, description="longest child accepted, characters")
+    novelty_threshold: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="a child this similar (core.similarity) to its parent or an inspiration of "
+        "its prompt is not evaluated (None: every child is)",
+    )
     remeasure_samples: int = Field(
         5,
         ge=1,

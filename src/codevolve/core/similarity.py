@@ -11,6 +11,7 @@ string) falls back to whitespace-separated words.
 from __future__ import annotations
 
 import difflib
+import functools
 import io
 import math
 import tokenize
@@ -25,6 +26,7 @@ _SKIPPED = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=256)  # parents and inspirations recur from proposal to proposal
 def code_tokens(source: str) -> Tokens:
     """The tokens of ``source``'s editable code that the measure compares."""
     text = "\n".join(layout(source).region_texts())
@@ -50,3 +52,11 @@ def distance_feature(tokens: Sequence[str], reference: Sequence[str]) -> float:
     edits make (a token changed in a 200-token block is 0.07, not 0.005), so that bins of equal
     width separate programs a few edits apart and still hold those that moved far."""
     return math.sqrt(max(0.0, 1.0 - similarity(tokens, reference)))
+
+
+def most_similar(source: str, others: Sequence[tuple[str, str]]) -> tuple[float, str] | None:
+    """The highest similarity of ``source`` to one of ``others`` (id, source), with that one's
+    id; None when there are none."""
+    tokens = code_tokens(source)
+    scored = [(similarity(tokens, code_tokens(text)), name) for name, text in others]
+    return max(scored, key=lambda pair: pair[0]) if scored else None

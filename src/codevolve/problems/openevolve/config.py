@@ -89,12 +89,10 @@ _IGNORED = {
         "artifact_retention_days",
         "novelty_llm",
         "embedding_model",
-        "similarity_threshold",
     },
     "evaluator": {
         "max_retries",
         "cpu_limit",
-        "parallel_evaluations",
         "distributed",
         "use_llm_feedback",
         "llm_feedback_weight",
@@ -114,6 +112,7 @@ SOURCES = {
     "islands": "database.num_islands",
     "migration_interval": "database.migration_interval",
     "exploit_ratio": "database.exploitation_ratio",
+    "novelty_threshold": "database.similarity_threshold",
     "migrants": "database.migration_rate",
     "sandbox.wall_s": "evaluator.timeout",
     "sandbox.cpu_s": "evaluator.timeout",
@@ -138,6 +137,7 @@ class BundleConfig:
     feature_bins: Mapping[str, int] | None = None  # per dimension; None: DEFAULT_BINS each
     system_message: str = ""
     diff_based: bool = True
+    parallel_evaluations: int | None = None  # evaluator.parallel_evaluations: workers of a run
     warnings: tuple[str, ...] = ()
 
     def features(self, *, initial_length: int) -> tuple[FeatureSpec, ...]:
@@ -202,6 +202,7 @@ class _Reader:
         self._map(database, "num_islands", "islands", int, "database.")
         self._map(database, "migration_interval", "migration_interval", int, "database.")
         self._map(database, "exploitation_ratio", "exploit_ratio", float, "database.")
+        self._map(database, "similarity_threshold", "novelty_threshold", float, "database.")
         features = self._features(database)
         bins = self._bins(database, features)
         rate = database.pop("migration_rate", None)
@@ -213,6 +214,11 @@ class _Reader:
             share = self._number("database.migration_rate", rate, float)
             self._run["migrants"] = max(1, round(share * max(cells, 1)))
         self._sandbox(evaluator)
+        parallel = evaluator.pop("parallel_evaluations", None)
+        if parallel is not None:
+            parallel = self._number("evaluator.parallel_evaluations", parallel, int)
+            if parallel < 1:
+                raise BundleError(f"{CONFIG}: evaluator.parallel_evaluations must be at least 1")
         cascade = bool(evaluator.pop("cascade_evaluation", True))
         thresholds = self._thresholds(evaluator)
         self._models(llm)
@@ -225,6 +231,7 @@ class _Reader:
             feature_bins=bins,
             system_message=system_message,
             diff_based=diff_based,
+            parallel_evaluations=parallel,
             warnings=tuple(self._warnings),
         )
 

@@ -22,7 +22,8 @@ from codevolve.core.config import RunConfig
 from codevolve.core.errors import ConfigError
 from codevolve.problems.openevolve import select_folder
 from codevolve.problems.openevolve.bundle import CONFIG
-from codevolve.problems.openevolve.loaded import openevolve_problem
+from codevolve.problems.openevolve.loaded import loaded_problem, openevolve_problem
+from codevolve.problems.openevolve.problem import OpenEvolveProblem
 from codevolve.services.cli import llm as cli_llm
 from codevolve.services.cli.options import JOB_KEYS, config_error
 from codevolve.services.run_config import RunConfigRefused, bundle_run_config
@@ -70,3 +71,9 @@ def _proposer_overrides(
     if getattr(args, "proposer", None) == "llm" and not args.model and configured:
         return {"kind": "llm"}
     return cli_llm.proposer_overrides(args)
+
+
+def parallel_evaluations(config: RunConfig) -> int | None:
+    """The folder's ``evaluator.parallel_evaluations``: the run's workers unless --workers."""
+    problem = loaded_problem(config.problem)
+    return problem.config.parallel_evaluations if isinstance(problem, OpenEvolveProblem) else None
