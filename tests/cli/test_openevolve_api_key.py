@@ -36,8 +36,7 @@ def folder(root: Path, url: str) -> Path:
     (problem / "initial_program.py").write_text(INITIAL)
     (problem / "evaluator.py").write_text(EVALUATOR)
     (problem / "config.yaml").write_text(
-        f'llm:\n  api_base: "{url}"\n  api_key: "{KEY}"  # {KEY}\n'
-        '  models:\n    - name: "m"\n'
+        f'llm:\n  api_base: "{url}"\n  api_key: "{KEY}"  # {KEY}\n  models:\n    - name: "m"\n'
     )
     return problem
 
@@ -62,5 +61,9 @@ async def test_a_config_key_is_sent_and_stored_nowhere(
     assert '"CODEVOLVE_LLM_API_KEY"' in str(config) and KEY not in str(config)
     stored_config = base64.b64decode(json.loads(files)["config.yaml"]).decode()
     assert "${CODEVOLVE_LLM_API_KEY}" in stored_config and KEY not in stored_config
-    for stored in tmp_path.glob("run.sqlite*"):  # the file, its log and shared memory
-        assert KEY.encode() not in stored.read_bytes()
+    assert not [path for path, data in stored_files(tmp_path) if KEY.encode() in data]
+
+
+def stored_files(folder: Path) -> list[tuple[Path, bytes]]:
+    """The database file, its write-ahead log and its shared memory, as bytes."""
+    return [(path, path.read_bytes()) for path in folder.glob("run.sqlite*")]

@@ -67,7 +67,9 @@ async def test_programs_spread_over_cells_and_prompts_show_other_programs(tmp_pa
     assert result.state.value == "done"
     with sqlite3.connect(db) as conn:
         cells = [cell for (cell,) in conn.execute("select cell from elites where island = 0")]
-        prompts = [text for (text,) in conn.execute("select prompt from proposals order by proposal_index")]
+        prompts = [
+            text for (text,) in conn.execute("select prompt from proposals order by proposal_index")
+        ]
     assert len(cells) >= 4, cells  # one cell per program before: the island held one elite
     shown = [text for text in prompts if "## Other programs for inspiration" in text]
     assert len(shown) >= len(prompts) // 2

@@ -5,6 +5,7 @@ chat-completions server on loopback."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -56,7 +57,9 @@ async def test_temperature_and_max_tokens_are_sent_as_configured() -> None:
 
 
 async def test_a_request_past_the_timeout_is_abandoned_and_retried() -> None:
-    answers = iter([Stall(30.0, completion("too late")), completion("in time")])
+    answers: Iterator[Stall | Reply] = iter(
+        [Stall(30.0, completion("too late")), completion("in time")]
+    )
 
     def script(_request: Request) -> Stall | Reply:
         return next(answers)

@@ -145,8 +145,10 @@ def _keys_taken_out(config: str) -> str:
     and shipped to sandboxes, a key never is."""
     text = without_keys(config)
     if literal_keys(text):
-        raise BundleError(f"{CONFIG}: an llm api_key could not be taken out of the text; write "
-                          "it as a plain quoted string, or as ${VARIABLE} naming where it is")
+        raise BundleError(
+            f"{CONFIG}: an llm api_key could not be taken out of the text; write "
+            "it as a plain quoted string, or as ${VARIABLE} naming where it is"
+        )
     return text
 
 

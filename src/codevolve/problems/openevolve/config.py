@@ -284,7 +284,9 @@ class _Reader:
             size = self._number("database.archive_size", archive, int)
             dimensions = max(len([f for f in features if f not in UNSUPPORTED_FEATURES]), 1)
             least = math.ceil(size ** (1 / dimensions) - 1e-9)
-            given = DEFAULT_BINS if value is None else self._number("database.feature_bins", value, int)
+            given = (
+                DEFAULT_BINS if value is None else self._number("database.feature_bins", value, int)
+            )
             value = max(given, least)
         if value is None:
             return None

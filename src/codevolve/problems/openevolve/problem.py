@@ -32,8 +32,8 @@ from codevolve.core.problem import (
     Threshold,
 )
 from codevolve.core.program import StageResult
-from codevolve.problems.openevolve.bundle import EVALUATOR, Bundle, evaluator_functions
 from codevolve.core.similarity import Tokens, code_tokens, distance_feature
+from codevolve.problems.openevolve.bundle import EVALUATOR, Bundle, evaluator_functions
 from codevolve.problems.openevolve.config import COMPLEXITY, DIVERSITY, BundleConfig, read_config
 
 HARNESS_ENTRY = "run_evaluator"

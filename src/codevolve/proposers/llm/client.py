@@ -167,7 +167,7 @@ class ChatClient:
                         "max_tokens": model.max_tokens,
                     },
                     headers=self._headers(model),
-                    **self._timeout(model),
+                    timeout=self._timeout(model),
                 )
             except httpx.TimeoutException as error:
                 return _AttemptFailed(f"timeout: {type(error).__name__}", retryable=True)
@@ -176,11 +176,11 @@ class ChatClient:
         return _read(response, messages)
 
     @staticmethod
-    def _timeout(model: ModelConfig) -> dict[str, httpx.Timeout]:
+    def _timeout(model: ModelConfig) -> Any:  # httpx.Timeout or httpx's "the client's default"
         """One request's limit when the model sets one; the client's otherwise."""
         if model.timeout_s is None:
-            return {}
-        return {"timeout": httpx.Timeout(model.timeout_s, connect=min(10.0, model.timeout_s))}
+            return httpx.USE_CLIENT_DEFAULT
+        return httpx.Timeout(model.timeout_s, connect=min(10.0, model.timeout_s))
 
     def _headers(self, model: ModelConfig) -> dict[str, str]:
         if model.api_key_env is None:

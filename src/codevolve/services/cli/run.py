@@ -69,8 +69,7 @@ def register(sub: Any) -> None:
         "--workers",
         type=at_least(1),
         default=None,
-        help="in-process evaluation workers (2; a problem folder's evaluator."
-        "parallel_evaluations)",
+        help="in-process evaluation workers (2; a problem folder's evaluator.parallel_evaluations)",
     )
     cli_dist.proposal_processes_option(run)
     run.add_argument(

@@ -19,8 +19,8 @@ from enum import StrEnum
 from codevolve.core.diff import ApplyFailure
 from codevolve.core.job import Job
 from codevolve.core.program import Program, ProgramStatus
-from codevolve.core.similarity import most_similar
 from codevolve.core.prompt import Prompt, ProposalStatus
+from codevolve.core.similarity import most_similar
 from codevolve.program_db.job_store import JobStore
 from codevolve.program_db.jobs import ProposalEntry
 from codevolve.proposers.base import Proposer
@@ -84,7 +84,9 @@ def answered(
         return Answered(entry, None)
     near = _near_duplicate(job.config.novelty_threshold, outcome.source, prompt)
     if near is not None:
-        return Answered(dataclasses.replace(entry, status=ProposalStatus.TOO_SIMILAR, reason=near), None)
+        return Answered(
+            dataclasses.replace(entry, status=ProposalStatus.TOO_SIMILAR, reason=near), None
+        )
     child = Program(
         id=uuid.uuid4().hex,
         job_id=job.id,
