@@ -126,3 +126,23 @@ def test_the_tail_of_the_parents_stderr_is_shown() -> None:
     )
     assert "Standard error (the tail):" in prompt.text
     assert "ValueError: the last line" in prompt.text and "start of the log" not in prompt.text
+
+
+def test_the_explore_style_asks_to_borrow_only_when_other_programs_are_shown() -> None:
+    alone = prompt_for(LONG, 0, StyleSampler(("explore",)))
+    assert "other programs shown" not in alone.text and "different approach" in alone.text
+    other = ProgramView(id="q", source=LONG.replace("64", "32"), score=0.5)
+    shown = build_prompt(
+        job_id="j",
+        problem="toy",
+        context="Pick a tile size.",
+        proposal_index=0,
+        island=0,
+        parent=ProgramView(id="p", source=LONG, score=1.0),
+        inspirations=(other,),
+        best_cases={},
+        rng=np.random.default_rng(0),
+        styles=StyleSampler(("explore",)),
+    )
+    assert "borrow ideas from the other programs shown" in shown.text
+    assert "## Other programs for inspiration" in shown.text

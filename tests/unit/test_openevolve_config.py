@@ -23,6 +23,7 @@ llm:
   secondary_model: "strong"
   secondary_model_weight: 0.2
   temperature: 0.7
+  top_p: 0.9
 prompt:
   system_message: "Make it faster."
   num_top_programs: 4
@@ -33,6 +34,7 @@ database:
   migration_interval: 25
   migration_rate: 0.1
   exploitation_ratio: 0.6
+  diversity_metric: "edit_distance"
   feature_dimensions: ["complexity", "diversity", "accuracy"]
   feature_bins: {complexity: 5, accuracy: 4}
 evaluator:
@@ -61,7 +63,7 @@ def test_mapped_keys_land_in_the_run_config() -> None:
     assert (config.max_proposals, config.seed, config.max_code_length) == (250, 11, 5000)
     assert (config.top_inspirations, config.diverse_inspirations) == (4, 2)
     assert (config.islands, config.migration_interval, config.exploit_ratio) == (3, 25, 0.6)
-    assert config.migrants == 2  # 10% of an island's 5 x 4 cells
+    assert config.migrants == 20  # 10% of an island's 5 x 10 x 4 cells (diversity: 10)
     assert (config.sandbox.wall_s, config.sandbox.cpu_s, config.sandbox.memory_mb) == (30, 30, 2048)
 
 
@@ -76,13 +78,62 @@ def test_legacy_model_keys_become_the_ensemble() -> None:
     assert any(w.startswith("llm: models mapped") for w in warnings)
 
 
+LLM_SETTINGS = """\
+llm:
+  api_base: "http://localhost:9000/v1"
+  temperature: 0.3
+  max_tokens: 2000
+  timeout: 20
+  retries: 2
+  retry_delay: 1
+  api_key: "sk-test-0123456789abcdef"
+  models:
+    - name: "fast"
+      weight: 0.7
+    - name: "strong"
+      weight: 0.3
+      temperature: 1.1
+      api_key: "${STRONG_KEY}"
+"""
+
+
+def test_llm_settings_reach_every_model_and_the_retry_policy() -> None:
+    config, warnings = bundle_run_config(bundle(LLM_SETTINGS), {})
+    fast, strong = config.proposer.models
+    assert (fast.temperature, fast.max_tokens, fast.timeout_s) == (0.3, 2000, 20)
+    assert (strong.temperature, strong.max_tokens, strong.timeout_s) == (1.1, 2000, 20)
+    assert (config.proposer.max_attempts, config.proposer.backoff_s) == (3, 1)
+    assert config.proposer.deadline_s == 20 * 3 + 1 * (1 + 2)  # every attempt and its waits
+    assert not [w for w in warnings if "ignored" in w]
+
+
+def test_a_key_written_in_the_config_is_taken_out_of_the_bundle_and_named_by_a_variable() -> None:
+    made = bundle(LLM_SETTINGS)
+    assert "sk-test-0123456789abcdef" not in made.config_text
+    assert "${CODEVOLVE_LLM_API_KEY}" in made.config_text
+    config, _ = bundle_run_config(made, {})
+    assert [m.api_key_env for m in config.proposer.models] == [
+        "CODEVOLVE_LLM_API_KEY",
+        "STRONG_KEY",  # ${VARIABLE} names where the key is, as in OpenEvolve
+    ]
+    assert "sk-test" not in config.model_dump_json()
+
+
+def test_a_config_without_a_key_keeps_the_environment_default() -> None:
+    config, _ = bundle_run_config(bundle("llm:\n  models: [{name: m}]\n"), {})
+    assert config.proposer.models[0].api_key_env == "OPENAI_API_KEY"
+    assert config.proposer.models[0].timeout_s is None
+
+
 def test_unknown_and_unused_keys_are_warned_never_dropped_silently() -> None:
     warnings = read_config(CONFIG).warnings
     assert "mystery_top_level: unknown key; ignored" in warnings
     assert "prompt.fancy_prompt_option: unknown key; ignored" in warnings
-    for recognised in ("checkpoint_interval", "llm.temperature", "evaluator.parallel_evaluations"):
+    for recognised in ("checkpoint_interval", "llm.top_p", "database.diversity_metric"):
         assert f"{recognised}: recognised but has no effect here; ignored" in warnings
-    assert any("'diversity' is not supported" in w for w in warnings)
+    assert not any("not supported" in w for w in warnings)
+    score = read_config("database:\n  feature_dimensions: [score, complexity]\n")
+    assert any("'score' is not supported" in w for w in score.warnings)
 
 
 def test_problem_settings_shape_the_cascade_and_features() -> None:
@@ -92,8 +143,17 @@ def test_problem_settings_shape_the_cascade_and_features() -> None:
     assert read_config("evaluator:\n  cascade_thresholds_reject: true\n").thresholds_reject
     assert settings.system_message == "Make it faster."
     specs = settings.features(initial_length=100)
-    assert [(s.name, s.bins) for s in specs] == [("complexity", 5), ("accuracy", 4)]
-    assert (specs[0].low, specs[1].low, specs[1].high) == (50.0, 0.0, 1.0)
+    names = [(s.name, s.bins) for s in specs]
+    assert names == [("complexity", 5), ("diversity", 10), ("accuracy", 4)]
+    assert (specs[0].low, specs[2].low, specs[2].high) == (50.0, 0.0, 1.0)
+    assert (specs[1].low, specs[1].high) == (0.0, 1.0)
+
+
+def test_archive_size_raises_the_bins_as_in_openevolve() -> None:
+    text = "database:\n  archive_size: 400\n  feature_bins: 4\n"
+    assert [s.bins for s in read_config(text).features(initial_length=10)] == [20, 20]
+    small = "database:\n  archive_size: 9\n  feature_bins: 4\n"
+    assert [s.bins for s in read_config(small).features(initial_length=10)] == [4, 4]
 
 
 def test_command_line_options_override_the_config() -> None:
@@ -110,7 +170,8 @@ def test_command_line_options_override_the_config() -> None:
 def test_an_empty_or_missing_config_gives_the_defaults() -> None:
     settings = read_config("")
     assert settings.run_fields == {} and settings.warnings == ()
-    assert [s.name for s in settings.features(initial_length=10)] == ["complexity"]
+    features = settings.features(initial_length=10)
+    assert [(s.name, s.bins) for s in features] == [("complexity", 10), ("diversity", 10)]
 
 
 @pytest.mark.parametrize(
@@ -137,6 +198,14 @@ def test_an_empty_or_missing_config_gives_the_defaults() -> None:
 def test_malformed_configs_name_the_key(text: str, at_fault: str) -> None:
     with pytest.raises(BundleError, match=f"^config.yaml: {at_fault}"):
         read_config(text)
+
+
+def test_an_llm_value_the_run_config_refuses_names_the_llm_key() -> None:
+    text = "llm:\n  temperature: 5\n  models: [{name: m}]\n"
+    with pytest.raises(BundleError, match=r"llm\.temperature must be at most 2"):
+        bundle_run_config(bundle(text), {})
+    with pytest.raises(BundleError, match=r"llm\.retries must be at most 20"):
+        bundle_run_config(bundle("llm:\n  retries: 40\n"), {})
 
 
 def test_a_value_the_run_config_refuses_names_the_config_key() -> None:
@@ -184,3 +253,13 @@ def test_fitness_of_a_nan_combined_score_falls_back_and_of_nothing_is_none() -> 
 def test_config_yaml_is_held_to_the_caps_of_every_source(text: str, message: str) -> None:
     with pytest.raises(BundleError, match=f"^config.yaml: {message}"):
         bundle_run_config(bundle(text), {})
+
+
+def test_parallel_evaluations_and_similarity_threshold_are_mapped() -> None:
+    text = "evaluator:\n  parallel_evaluations: 4\ndatabase:\n  similarity_threshold: 0.95\n"
+    settings = read_config(text)
+    assert settings.parallel_evaluations == 4 and not settings.warnings
+    config, _ = bundle_run_config(bundle(text), {})
+    assert config.novelty_threshold == 0.95
+    with pytest.raises(BundleError, match=r"database\.similarity_threshold must be at most 1"):
+        bundle_run_config(bundle("database:\n  similarity_threshold: 2\n"), {})

@@ -43,6 +43,9 @@ class ModelConfig(_Frozen):
     )
     temperature: float = Field(0.8, ge=0, le=2, description="sampling temperature")
     max_tokens: int = Field(4096, ge=16, le=1 << 20, description="longest answer, tokens")
+    timeout_s: float | None = Field(
+        None, gt=0, le=3600, description="one request's limit, seconds (None: the proposal's)"
+    )
     price_in: float | None = Field(
         None, ge=0, description="USD per 1M prompt tokens (None: the built-in price table, else 0)"
     )
@@ -141,6 +144,13 @@ class RunConfig(_Frozen):
         0, ge=0, description="proposals between resets of the worse half of islands (0: never)"
     )
     max_code_length: int = Field(20000, ge=100, description="longest child accepted, characters")
+    novelty_threshold: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="a child this similar (core.similarity) to its parent or an inspiration of "
+        "its prompt is not evaluated (None: every child is)",
+    )
     remeasure_samples: int = Field(
         5,
         ge=1,

@@ -60,6 +60,7 @@ class ProposalStatus(StrEnum):
     CHILD = "child"  # applied; a program was inserted
     DUPLICATE = "duplicate"  # applied, but the job already holds this exact program
     APPLY_FAILED = "apply_failed"  # the answer did not apply (see the reason)
+    TOO_SIMILAR = "too_similar"  # applied, but a near-duplicate of a program shown (not evaluated)
     PROPOSER_FAILED = "proposer_failed"  # the proposer raised, timed out or returned nothing
 
 

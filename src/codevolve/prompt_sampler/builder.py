@@ -29,7 +29,12 @@ from codevolve.core.evolve_block import EVOLVE_END, EVOLVE_START, Layout, layout
 from codevolve.core.program import CaseResult, Metrics
 from codevolve.core.prompt import BestCase, ProgramView, Prompt
 from codevolve.prompt_sampler.errors import PromptSamplerError
-from codevolve.prompt_sampler.variants import REWRITE_MAX_LINES, STYLE_ASKS, StyleSampler
+from codevolve.prompt_sampler.variants import (
+    EXPLORE_ALONE,
+    REWRITE_MAX_LINES,
+    STYLE_ASKS,
+    StyleSampler,
+)
 
 FeedbackGap = tuple[CaseResult, BestCase, float]  # (parent's case, best seen, parent cost / best)
 
@@ -109,7 +114,8 @@ def build_prompt(
     if editable is not None and render:
         task = TASK_LINES[task_index]
         if style:
-            task = f"{task} {STYLE_ASKS[style]}".strip()
+            ask = EXPLORE_ALONE if style == "explore" and not inspirations else STYLE_ASKS[style]
+            task = f"{task} {ask}".strip()
         limit = min(max_feedback_cases, FOCUSED_CASES) if style == "focused" else max_feedback_cases
         middle = {
             "parent": _parent_section(parent),

@@ -26,6 +26,10 @@ from codevolve.prompt_sampler.errors import PromptSamplerError
 STYLES = ("diff", "focused", "explore", "rewrite")
 REWRITE_MAX_LINES = 60  # editable lines up to which a full rewrite is offered
 
+EXPLORE_ALONE = (  # the explore ask of a prompt that shows no other program
+    "Try a different approach from the current one: restructure the logic or change the "
+    "method, rather than nudging a constant."
+)
 STYLE_ASKS = {
     "diff": "",
     "focused": (

@@ -239,7 +239,8 @@ def _requirement(error: Any) -> str:
 
 def _source(location: Sequence[int | str]) -> str:
     path = ".".join(str(part) for part in location)
-    return SOURCES.get(path, path)
+    pattern = ".".join("*" if isinstance(part, int) else str(part) for part in location)
+    return SOURCES.get(path) or SOURCES.get(pattern, path)
 
 
 def _given(fields: Mapping[str, Any], location: Sequence[int | str]) -> bool:

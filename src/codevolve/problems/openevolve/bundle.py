@@ -7,6 +7,9 @@ Its id is the sha256 of its paths and bytes, so
 the same selected files always name the same problem (``bundle:<id>``) and are stored once.
 Which files of a user's folder are selected is decided in ``selection.py``.
 
+A key written in ``config.yaml`` (``llm.api_key``) is replaced there by a reference to a
+variable before the bundle is made (``api_keys.py``): no bundle holds one.
+
 Loading validates what a worker will rely on (required files present, paths relative and
 inside the bundle, sizes bounded, text files UTF-8, ``evaluator.py`` defines ``evaluate`` or
 ``evaluate_stage1``) and raises :class:`BundleError` naming the file at fault. Nothing here runs
@@ -26,6 +29,7 @@ from types import MappingProxyType
 
 from codevolve.core.errors import ConfigError
 from codevolve.core.pysource import parse_python
+from codevolve.problems.openevolve.api_keys import literal_keys, without_keys
 
 EVALUATOR = "evaluator.py"
 CONFIG = "config.yaml"
@@ -131,8 +135,21 @@ def make_bundle(files: Mapping[str, bytes]) -> Bundle:
     evaluator_functions(checked[EVALUATOR].decode("utf-8"))  # raises when unusable
     if CONFIG in checked:
         _check_text(checked, CONFIG)
+        checked[CONFIG] = _keys_taken_out(checked[CONFIG].decode("utf-8")).encode("utf-8")
     frozen = MappingProxyType(dict(sorted(checked.items())))
     return Bundle(files=frozen, id=bundle_id(frozen), initial_path=initial)
+
+
+def _keys_taken_out(config: str) -> str:
+    """``config.yaml`` without the API keys written in it (``api_keys.py``): a bundle is stored
+    and shipped to sandboxes, a key never is."""
+    text = without_keys(config)
+    if literal_keys(text):
+        raise BundleError(
+            f"{CONFIG}: an llm api_key could not be taken out of the text; write "
+            "it as a plain quoted string, or as ${VARIABLE} naming where it is"
+        )
+    return text
 
 
 def bundle_from_encoded(files: Mapping[str, str]) -> Bundle:

@@ -20,13 +20,19 @@ from typing import Any
 import yaml
 
 from codevolve.core.problem import FeatureSpec
+from codevolve.problems.openevolve import api_keys
 from codevolve.problems.openevolve.bundle import CONFIG, BundleError
 
+OPENEVOLVE_RETRIES = 3  # OpenEvolve's llm.retries when a config sets only llm.timeout
+OPENEVOLVE_RETRY_DELAY = 5.0  # seconds, its llm.retry_delay
+MIN_DELAY = 0.01  # seconds, the shortest first retry delay here
+MAX_DEADLINE = 3600.0  # seconds, the longest proposal deadline a RunConfig takes
 DEFAULT_BINS = 10  # OpenEvolve's default feature_bins
 DEFAULT_FEATURES = ("complexity", "diversity")  # OpenEvolve's default feature_dimensions
 COMPLEXITY = "complexity"  # built in: the program's length in characters
 THRESHOLDS_REJECT = "cascade_thresholds_reject"  # evaluator.*: a codevolve key, not OpenEvolve's
-UNSUPPORTED_FEATURES = frozenset({"diversity"})  # needs the population; not a per-program value
+DIVERSITY = "diversity"  # built in: how far the program's code is from the initial program's
+UNSUPPORTED_FEATURES = frozenset({"score"})  # a cell per score band: the elite rule already ranks
 
 # Keys OpenEvolve knows that have no counterpart here: warned as ignored, never unknown.
 _IGNORED = {
@@ -43,13 +49,7 @@ _IGNORED = {
         "evolution_trace",
     },
     "llm": {
-        "api_key",
-        "temperature",
         "top_p",
-        "max_tokens",
-        "timeout",
-        "retries",
-        "retry_delay",
         "evaluator_models",
         "random_seed",
         "reasoning_effort",
@@ -79,7 +79,6 @@ _IGNORED = {
         "in_memory",
         "log_prompts",
         "population_size",
-        "archive_size",
         "elite_selection_ratio",
         "exploration_ratio",
         "diversity_metric",
@@ -91,12 +90,10 @@ _IGNORED = {
         "artifact_retention_days",
         "novelty_llm",
         "embedding_model",
-        "similarity_threshold",
     },
     "evaluator": {
         "max_retries",
         "cpu_limit",
-        "parallel_evaluations",
         "distributed",
         "use_llm_feedback",
         "llm_feedback_weight",
@@ -116,10 +113,17 @@ SOURCES = {
     "islands": "database.num_islands",
     "migration_interval": "database.migration_interval",
     "exploit_ratio": "database.exploitation_ratio",
+    "novelty_threshold": "database.similarity_threshold",
     "migrants": "database.migration_rate",
     "sandbox.wall_s": "evaluator.timeout",
     "sandbox.cpu_s": "evaluator.timeout",
     "sandbox.memory_mb": "evaluator.memory_limit_mb",
+    "proposer.max_attempts": "llm.retries",
+    "proposer.backoff_s": "llm.retry_delay",
+    "proposer.deadline_s": "llm.timeout",
+    "proposer.models.*.temperature": "llm.temperature",
+    "proposer.models.*.max_tokens": "llm.max_tokens",
+    "proposer.models.*.timeout_s": "llm.timeout",
 }
 
 
@@ -137,11 +141,13 @@ class BundleConfig:
     feature_bins: Mapping[str, int] | None = None  # per dimension; None: DEFAULT_BINS each
     system_message: str = ""
     diff_based: bool = True
+    parallel_evaluations: int | None = None  # evaluator.parallel_evaluations: workers of a run
     warnings: tuple[str, ...] = ()
 
     def features(self, *, initial_length: int) -> tuple[FeatureSpec, ...]:
         """MAP-Elites descriptors: ``complexity`` spans half to twice the initial program's
-        length; a metric the evaluator returns spans [0, 1]. ``diversity`` is left out."""
+        length; ``diversity`` (``core.similarity.distance_feature`` from the initial program)
+        and a metric the evaluator returns span [0, 1]. ``score`` is left out."""
         specs = []
         for name in self.feature_dimensions:
             if name in UNSUPPORTED_FEATURES:
@@ -200,6 +206,7 @@ class _Reader:
         self._map(database, "num_islands", "islands", int, "database.")
         self._map(database, "migration_interval", "migration_interval", int, "database.")
         self._map(database, "exploitation_ratio", "exploit_ratio", float, "database.")
+        self._map(database, "similarity_threshold", "novelty_threshold", float, "database.")
         features = self._features(database)
         bins = self._bins(database, features)
         rate = database.pop("migration_rate", None)
@@ -211,6 +218,11 @@ class _Reader:
             share = self._number("database.migration_rate", rate, float)
             self._run["migrants"] = max(1, round(share * max(cells, 1)))
         self._sandbox(evaluator)
+        parallel = evaluator.pop("parallel_evaluations", None)
+        if parallel is not None:
+            parallel = self._number("evaluator.parallel_evaluations", parallel, int)
+            if parallel < 1:
+                raise BundleError(f"{CONFIG}: evaluator.parallel_evaluations must be at least 1")
         cascade = bool(evaluator.pop("cascade_evaluation", True))
         thresholds = self._thresholds(evaluator)
         thresholds_reject = evaluator.pop(THRESHOLDS_REJECT, False)
@@ -228,6 +240,7 @@ class _Reader:
             feature_bins=bins,
             system_message=system_message,
             diff_based=diff_based,
+            parallel_evaluations=parallel,
             warnings=tuple(self._warnings),
         )
 
@@ -260,7 +273,7 @@ class _Reader:
     def _features(self, database: dict[str, Any]) -> tuple[str, ...]:
         value = database.pop("feature_dimensions", None)
         if value is None:
-            return DEFAULT_FEATURES  # its "diversity" is left out without a word: not asked for
+            return DEFAULT_FEATURES
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
             features = tuple(value)
         else:
@@ -274,6 +287,16 @@ class _Reader:
 
     def _bins(self, database: dict[str, Any], features: tuple[str, ...]) -> dict[str, int] | None:
         value = database.pop("feature_bins", None)
+        archive = database.pop("archive_size", None)
+        if archive is not None and not isinstance(value, dict):
+            # OpenEvolve gives each dimension enough bins for the archive to hold this many cells
+            size = self._number("database.archive_size", archive, int)
+            dimensions = max(len([f for f in features if f not in UNSUPPORTED_FEATURES]), 1)
+            least = math.ceil(size ** (1 / dimensions) - 1e-9)
+            given = (
+                DEFAULT_BINS if value is None else self._number("database.feature_bins", value, int)
+            )
+            value = max(given, least)
         if value is None:
             return None
         if isinstance(value, dict):
@@ -311,8 +334,11 @@ class _Reader:
         )
 
     def _models(self, llm: dict[str, Any]) -> None:
-        """``llm.models`` (and the legacy primary/secondary pair) become ``proposer.models``."""
+        """``llm.models`` (and the legacy primary/secondary pair) become ``proposer.models``; the
+        shared settings (``temperature``, ``max_tokens``, ``timeout``, ``api_key``) apply to each
+        model that does not set its own, ``retries`` and ``retry_delay`` to the proposer."""
         api_base = llm.pop("api_base", None)
+        shared = self._model_settings("llm.", llm)
         models: list[dict[str, Any]] = []
         listed = llm.pop("models", None) or []
         if not isinstance(listed, list):
@@ -320,11 +346,13 @@ class _Reader:
         for index, entry in enumerate(listed):
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
                 raise BundleError(f"{CONFIG}: llm.models[{index}] needs a name")
-            weight = self._number(f"llm.models[{index}].weight", entry.get("weight", 1.0), float)
-            models.append(_model(entry["name"], weight, entry.get("api_base") or api_base))
-            extra = sorted(set(entry) - {"name", "weight", "api_base"})
-            if extra:
-                self._warnings.append(f"llm.models[{index}]: {', '.join(extra)} ignored")
+            entry = dict(entry)
+            weight = self._number(f"llm.models[{index}].weight", entry.pop("weight", 1.0), float)
+            name, base = entry.pop("name"), entry.pop("api_base", None) or api_base
+            own = self._model_settings(f"llm.models[{index}].", entry)
+            models.append({**_model(name, weight, base), **shared, **own})
+            if entry:
+                self._warnings.append(f"llm.models[{index}]: {', '.join(sorted(entry))} ignored")
         for legacy in ("primary_model", "secondary_model"):
             name = llm.pop(legacy, None)
             weight = llm.pop(f"{legacy}_weight", None)
@@ -334,12 +362,51 @@ class _Reader:
                 raise BundleError(f"{CONFIG}: llm.{legacy} must be a model name")
             share = 1.0 if weight is None else self._number(f"llm.{legacy}_weight", weight, float)
             if share > 0:
-                models.append(_model(name, share, api_base))
+                models.append({**_model(name, share, api_base), **shared})
+        proposer = self._retries(llm, shared.get("timeout_s"))
         if models:
-            self._run["proposer"] = {"models": models}
+            proposer["models"] = models
             self._warnings.append(
                 "llm: models mapped to proposer.models; they are asked only by the llm proposer"
             )
+        if proposer:
+            self._run["proposer"] = proposer
+
+    def _model_settings(self, where: str, section: dict[str, Any]) -> dict[str, Any]:
+        """The ModelConfig fields a section of ``llm`` sets (popped from it)."""
+        settings: dict[str, Any] = {}
+        for key, field, kind in _MODEL_SETTINGS:
+            value = section.pop(key, None)
+            if value is not None:
+                settings[field] = self._number(where + key, value, kind)
+        key = section.pop("api_key", None)
+        if key is not None:
+            if not isinstance(key, str):
+                raise BundleError(f"{CONFIG}: {where}api_key must be text")
+            variable = api_keys.reference(key)
+            if variable is None:  # a literal key: only in a config that no bundle holds yet
+                variable = api_keys.literal_variable(where)
+            settings["api_key_env"] = variable
+        return settings
+
+    def _retries(self, llm: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:
+        """``retries`` (after the first request) and ``retry_delay`` (seconds before a retry);
+        with ``timeout`` (per request), the proposal's deadline lets every attempt run its
+        full time, as OpenEvolve does."""
+        proposer: dict[str, Any] = {}
+        retries = llm.pop("retries", None)
+        if retries is not None:
+            proposer["max_attempts"] = self._number("llm.retries", retries, int) + 1
+        delay = llm.pop("retry_delay", None)
+        if delay is not None:
+            # OpenEvolve waits this long before each retry; here it is the first wait, doubled
+            # after each further failure. No wait at all is taken as the shortest one allowed.
+            proposer["backoff_s"] = max(self._number("llm.retry_delay", delay, float), MIN_DELAY)
+        if timeout_s is not None:
+            attempts = proposer.get("max_attempts", OPENEVOLVE_RETRIES + 1)
+            waits = proposer.get("backoff_s", OPENEVOLVE_RETRY_DELAY) * (2 ** (attempts - 1) - 1)
+            proposer["deadline_s"] = min(MAX_DEADLINE, timeout_s * attempts + waits)
+        return proposer
 
     def _leftovers(self) -> None:
         sections = {"": self._raw, **self._sections}
@@ -350,6 +417,13 @@ class _Reader:
                     self._warnings.append(f"{where}: recognised but has no effect here; ignored")
                 else:
                     self._warnings.append(f"{where}: unknown key; ignored")
+
+
+_MODEL_SETTINGS = (
+    ("temperature", "temperature", float),
+    ("max_tokens", "max_tokens", int),
+    ("timeout", "timeout_s", float),
+)
 
 
 def _model(name: str, weight: float, api_base: object) -> dict[str, Any]:

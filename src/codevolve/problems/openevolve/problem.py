@@ -34,8 +34,9 @@ from codevolve.core.problem import (
     Threshold,
 )
 from codevolve.core.program import StageResult
+from codevolve.core.similarity import Tokens, code_tokens, distance_feature
 from codevolve.problems.openevolve.bundle import EVALUATOR, Bundle, evaluator_functions
-from codevolve.problems.openevolve.config import COMPLEXITY, BundleConfig, read_config
+from codevolve.problems.openevolve.config import COMPLEXITY, DIVERSITY, BundleConfig, read_config
 
 HARNESS_ENTRY = "run_evaluator"
 COMBINED = "combined_score"
@@ -142,6 +143,7 @@ class EvaluatorStage:
     files: Mapping[str, str] = field(repr=False)  # path -> base64
     suffix: str
     feature_names: tuple[str, ...]
+    initial_tokens: Tokens = field(default=(), repr=False)  # diversity is measured from these
 
     def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
         del rng  # the evaluator draws its own inputs
@@ -181,6 +183,9 @@ class EvaluatorStage:
         features = {name: metrics[name] for name in self.feature_names if name in metrics}
         if COMPLEXITY in self.feature_names:
             features[COMPLEXITY] = float(len(candidate.source))
+        if DIVERSITY in self.feature_names and DIVERSITY not in features:
+            tokens = code_tokens(candidate.source)
+            features[DIVERSITY] = distance_feature(tokens, self.initial_tokens)
         return StageResult(
             stage=self.name,
             passed=True,
@@ -233,6 +238,7 @@ class OpenEvolveProblem:
         self._features = self._config.features(initial_length=len(bundle.initial_program))
         names = tuple(spec.name for spec in self._features)
         files = bundle.encoded()
+        initial_tokens = code_tokens(bundle.initial_program) if DIVERSITY in names else ()
         thresholds = self._config.thresholds
         self._stages: tuple[Stage, ...] = tuple(
             EvaluatorStage(
@@ -247,6 +253,7 @@ class OpenEvolveProblem:
                 files=files,
                 suffix=bundle.suffix,
                 feature_names=names,
+                initial_tokens=initial_tokens,
             )
             for index, function in enumerate(functions)
         )

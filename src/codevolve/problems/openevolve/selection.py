@@ -23,10 +23,11 @@ import os
 import posixpath
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from codevolve.core.pysource import parse_python
+from codevolve.problems.openevolve.api_keys import literal_keys
 from codevolve.problems.openevolve.bundle import (
     CONFIG,
     EVALUATOR,
@@ -86,6 +87,8 @@ class Selection:
     bundle: Bundle
     left_out: tuple[LeftOut, ...]  # largest first; not what .codevolveignore excluded
     ignore_file: Path
+    # variable -> key, for the keys config.yaml writes out (the bundle holds only references)
+    api_keys: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def warning(self) -> str | None:
         """One line naming what was left out, or None when nothing was."""
@@ -131,7 +134,9 @@ def select_folder(path: Path, *, config: Path | None = None) -> Selection:
         for name, size in sizes.items()
         if name not in used and (reason := _reason(rules, name)) is not None
     ]
-    return Selection(make_bundle(files), _grouped(left, chosen), ignore_file)
+    config_bytes = files.get(CONFIG, b"")
+    keys = literal_keys(config_bytes.decode("utf-8", errors="replace"))
+    return Selection(make_bundle(files), _grouped(left, chosen), ignore_file, keys)
 
 
 def _read(file: Path) -> bytes:

@@ -12,7 +12,8 @@ a :class:`Completion` or a :class:`ChatFailure` whose ``reason`` says why there 
   honoured as the least wait; one that would pass the deadline ends the call at once.
 - Not retried: other 4xx (a bad key, an unknown model, a prompt too long) and a 200 whose body is
   not a chat completion; retrying would fail the same way and may be billed again.
-- The deadline covers everything: waiting for a paused model, for a concurrency slot, every
+- A model's ``timeout_s`` bounds each request (a retryable timeout past it); the deadline
+  covers everything: waiting for a paused model, for a concurrency slot, every
   attempt and every backoff. A provider that stalls cannot hold a proposal longer than that.
 - A per-model semaphore bounds the requests in flight; a per-model circuit breaker pauses a model
   whose requests keep failing.
@@ -166,12 +167,20 @@ class ChatClient:
                         "max_tokens": model.max_tokens,
                     },
                     headers=self._headers(model),
+                    timeout=self._timeout(model),
                 )
             except httpx.TimeoutException as error:
                 return _AttemptFailed(f"timeout: {type(error).__name__}", retryable=True)
             except httpx.TransportError as error:  # refused, reset, dropped mid-answer
                 return _AttemptFailed(f"connection: {type(error).__name__}: {error}", True)
         return _read(response, messages)
+
+    @staticmethod
+    def _timeout(model: ModelConfig) -> Any:  # httpx.Timeout or httpx's "the client's default"
+        """One request's limit when the model sets one; the client's otherwise."""
+        if model.timeout_s is None:
+            return httpx.USE_CLIENT_DEFAULT
+        return httpx.Timeout(model.timeout_s, connect=min(10.0, model.timeout_s))
 
     def _headers(self, model: ModelConfig) -> dict[str, str]:
         if model.api_key_env is None:

@@ -6,12 +6,14 @@ The folder is loaded (OpenEvolve layout), its ``config.yaml`` mapped onto the jo
 ``bundle:<sha256>``. Only the files the evaluator needs are bundled, and a warning names those left
 out (``codevolve.problems.openevolve.selection``). The run stores the files in the ``bundles``
 table with the job, so that ``--resume`` and other processes find them. The evaluator is never
-imported here: only the sandbox runs it.
+imported here: only the sandbox runs it. An API key written in ``config.yaml`` is held in this
+process's environment for the LLM client, never stored.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +23,8 @@ from codevolve.core.config import RunConfig
 from codevolve.core.errors import ConfigError
 from codevolve.problems.openevolve import select_folder
 from codevolve.problems.openevolve.bundle import CONFIG, BundleError
-from codevolve.problems.openevolve.loaded import openevolve_problem
+from codevolve.problems.openevolve.loaded import loaded_problem, openevolve_problem
+from codevolve.problems.openevolve.problem import OpenEvolveProblem
 from codevolve.services.cli import llm as cli_llm
 from codevolve.services.cli.options import JOB_KEYS, config_error
 from codevolve.services.run_config import RunConfigRefused, bundle_run_config
@@ -48,6 +51,9 @@ def run_config_from_args(args: argparse.Namespace) -> tuple[RunConfig, tuple[str
     with _naming_config(config_file):
         selection = select_folder(args.problem_dir, config=args.config)
         bundle = selection.bundle
+        # A key written in config.yaml lives only in this process: the bundle and the job's
+        # config name the variable that holds it (problems/openevolve/api_keys.py).
+        os.environ.update(selection.api_keys)
         keys = {key: value for key in JOB_KEYS if (value := getattr(args, key, None)) is not None}
         fields: dict[str, Any] = {"label": folder_label(args.problem_dir, args.config)}
         proposer = _proposer_overrides(args, openevolve_problem(bundle).config.run_fields)
@@ -90,3 +96,9 @@ def _proposer_overrides(
     if getattr(args, "proposer", None) == "llm" and not args.model and configured:
         return {"kind": "llm"}
     return cli_llm.proposer_overrides(args)
+
+
+def parallel_evaluations(config: RunConfig) -> int | None:
+    """The folder's ``evaluator.parallel_evaluations``: the run's workers unless --workers."""
+    problem = loaded_problem(config.problem)
+    return problem.config.parallel_evaluations if isinstance(problem, OpenEvolveProblem) else None

@@ -51,6 +51,7 @@ from codevolve.services.run_config import FIELD_OF, NAMES, RunConfigRefused, run
 
 WIDE = 100  # terminal columns from which the progress bar shows every column in words
 NARROW = 72  # terminal columns below which the bar shows its counts only
+DEFAULT_WORKERS = 2  # in-process evaluation workers unless --workers or the folder's config says
 # Options that define a job: (argparse dest and the API's JSON key, RunConfig field, option as
 # typed), from the one map of run_config.
 JOB_OPTIONS = tuple((key, FIELD_OF[key], NAMES[FIELD_OF[key]][1] or key) for key in JOB_KEYS)
@@ -66,7 +67,10 @@ def register(sub: Any) -> None:
     run.add_argument("--in-flight", type=int, default=None, help="proposals in flight at once")
     run.add_argument("--remeasure-samples", type=int, default=None, help=REMEASURE_HELP)
     run.add_argument(
-        "--workers", type=at_least(1), default=2, help="in-process evaluation workers (2)"
+        "--workers",
+        type=at_least(1),
+        default=None,
+        help="in-process evaluation workers (2; a problem folder's evaluator.parallel_evaluations)",
     )
     cli_dist.proposal_processes_option(run)
     run.add_argument(
@@ -90,10 +94,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     _check_report_path(args.report)
     config = None
+    workers = args.workers or DEFAULT_WORKERS
     if args.resume is not None:
         asyncio.run(_check_resume(args))
     elif args.problem_dir is not None:
         config, warnings = problem_dir.run_config_from_args(args)
+        workers = args.workers or problem_dir.parallel_evaluations(config) or DEFAULT_WORKERS
         for warning in warnings:
             # One line each, however narrow the terminal: a wrapped warning reads as several.
             console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
@@ -108,7 +114,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 db_url=args.db,
                 config=config,
                 resume=args.resume,
-                workers=args.workers,
+                workers=workers,
                 proposal_processes=args.proposal_processes,
                 gpus=args.gpus,
                 on_start=bar.start,

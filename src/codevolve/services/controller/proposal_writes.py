@@ -20,6 +20,7 @@ from codevolve.core.diff import ApplyFailure, ApplyFailureKind
 from codevolve.core.job import Job
 from codevolve.core.program import Program, ProgramStatus
 from codevolve.core.prompt import Prompt, ProposalStatus
+from codevolve.core.similarity import most_similar
 from codevolve.program_db.job_store import JobStore
 from codevolve.program_db.jobs import ProposalEntry
 from codevolve.proposers.base import Proposer
@@ -81,6 +82,11 @@ def answered(
         reason = f"{outcome.kind}: {outcome.message}"
         entry = dataclasses.replace(entry, status=ProposalStatus.APPLY_FAILED, reason=reason)
         return Answered(entry, None)
+    near = _near_duplicate(job.config.novelty_threshold, outcome.source, prompt)
+    if near is not None:
+        return Answered(
+            dataclasses.replace(entry, status=ProposalStatus.TOO_SIMILAR, reason=near), None
+        )
     child = Program(
         id=uuid.uuid4().hex,
         job_id=job.id,
@@ -97,6 +103,17 @@ def answered(
         proposer=proposal.proposer,
     )
     return Answered(dataclasses.replace(entry, program_id=child.id), child)
+
+
+def _near_duplicate(threshold: float | None, source: str, prompt: Prompt) -> str | None:
+    """Why a child is too like a program its prompt showed (the novelty filter); None if not."""
+    if threshold is None:
+        return None
+    shown = [(view.id, view.source) for view in (prompt.parent, *prompt.inspirations)]
+    found = most_similar(source, shown)
+    if found is None or found[0] < threshold:
+        return None
+    return f"similarity {found[0]:.4f} to program {found[1]} >= novelty_threshold {threshold:g}"
 
 
 def initial_program(job: Job, source: str) -> Program:
