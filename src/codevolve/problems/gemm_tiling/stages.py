@@ -54,13 +54,19 @@ from codevolve.problems.gemm_tiling.static_check import (
     judge_answer,
 )
 from codevolve.problems.gemm_tiling.sweep import (
+    EDGE_PAIRS,
     fresh_pairs,
+    odd_pairs,
     sweep_plan,
     sweep_problem,
 )
 
 DECODE_FEATURE_MAX_M = 64  # the decode_speedup feature covers train shapes with M <= 64
 UNSEEN_PAIRS = 4  # fresh (N, K) pairs per evaluation, multiples of 128
+UNSEEN_ODD_PAIRS = 4  # fresh (N, K) pairs per evaluation off the 128 grid, besides EDGE_PAIRS
+# M asked of every pair off the 128 grid: 1, small primes, odd values beside powers of two, a
+# round thousand, and a prime near the dense bound.
+ODD_M = (1, 2, 3, 7, 13, 31, 127, 129, 1000, 4099, 16381)
 UNSEEN_RANDOM_M = 16  # fresh random M per evaluation
 MAX_UNSEEN_M = 16384
 LARGE_POWERS_OF_TWO = tuple(2**e for e in range(7, 15))  # 128 .. 16384
@@ -116,8 +122,9 @@ def configs_or_error(
 
 def static_grid(rng: np.random.Generator) -> tuple[GemmShape, ...]:
     """The 88 shapes and unseen ones (M 1..64, large powers of two, random M; known and fresh
-    (N, K) pairs): about 200 calls, different each evaluation."""
-    pairs = [(p.n, p.k) for p in PROJECTIONS] + fresh_pairs(rng, UNSEEN_PAIRS)
+    (N, K) pairs, on the 128 grid and off it): about 400 calls, different each evaluation."""
+    odd = [*EDGE_PAIRS, *odd_pairs(rng, UNSEEN_ODD_PAIRS)]
+    pairs = [(p.n, p.k) for p in PROJECTIONS] + fresh_pairs(rng, UNSEEN_PAIRS) + odd
 
     def any_pair() -> tuple[int, int]:
         return pairs[int(rng.integers(len(pairs)))]
@@ -128,6 +135,7 @@ def static_grid(rng: np.random.Generator) -> tuple[GemmShape, ...]:
         GemmShape(int(m), *any_pair())
         for m in rng.integers(65, MAX_UNSEEN_M + 1, size=UNSEEN_RANDOM_M)
     ]
+    unseen += [GemmShape(m, n, k) for m in ODD_M for n, k in odd]
     known = {(s.m, s.n, s.k) for s in all_shapes()}
     fresh = sorted({s for s in unseen if (s.m, s.n, s.k) not in known})
     # The 88 shapes twice, everything in a fresh order: a program whose answer depends on what
