@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from codevolve.core.problem import LEGALITY, LEGALITY_INPUTS, PROVEN, TESTED
 from codevolve.core.program import StageResult
 from codevolve.problems.gemm_tiling.shapes import PROJECTIONS
 from codevolve.problems.gemm_tiling.stages import StaticStage, static_grid
@@ -181,6 +182,9 @@ def test_an_honest_computed_program_is_swept_and_passes() -> None:
     result = _static(source)
     assert result.passed and result.score == 1.0, result.error
     assert int(result.artifacts["swept_shapes"]) >= len(PROJECTIONS) * DENSE_MAX_M
+    # Not proven: the report says how many inputs it was tested on (every grid shape is swept).
+    assert result.artifacts[LEGALITY] == TESTED
+    assert result.artifacts[LEGALITY_INPUTS] == result.artifacts["swept_shapes"]
 
 
 @pytest.mark.parametrize("path", KNOWN_GOOD, ids=lambda path: path.stem)
@@ -193,6 +197,10 @@ def test_known_good_programs_pass_without_a_sweep(path: Path) -> None:
 def test_the_initial_program_passes_without_a_sweep() -> None:
     result = _static(INITIAL)
     assert result.passed and result.artifacts["swept_shapes"] == "0"
+    # Proven for every input; the distinct shapes of the grid were asked as well.
+    assert result.artifacts[LEGALITY] == PROVEN
+    distinct = len(set(static_grid(np.random.default_rng(0))))
+    assert result.artifacts[LEGALITY_INPUTS] == str(distinct)
 
 
 def test_the_plan_covers_every_m_up_to_the_bound_for_every_projection() -> None:

@@ -27,7 +27,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from codevolve.core.problem import TRAIN_SCORE, Candidate, SandboxReply, Threshold
+from codevolve.core.problem import (
+    LEGALITY,
+    LEGALITY_INPUTS,
+    LEGALITY_NOTE,
+    PROVEN,
+    TESTED,
+    TRAIN_SCORE,
+    Candidate,
+    SandboxReply,
+    Threshold,
+)
 from codevolve.core.program import CaseResult, StageResult
 from codevolve.problems.gemm_tiling.baselines import (
     ShapeScore,
@@ -72,6 +82,8 @@ MAX_UNSEEN_M = 16384
 LARGE_POWERS_OF_TWO = tuple(2**e for e in range(7, 15))  # 128 .. 16384
 PROBE_THRESHOLD = Threshold(relative=0.9)  # keep 90% of the parent's probe score
 SWEEP_SEEDS = 1 << 62
+PROOF = "every return is a literal config, each judged launchable by the static check"
+NO_PROOF = "the program computes its answers: the legality sweep asked these inputs"
 
 
 def _sandbox_error(stage: str, reply: SandboxReply) -> StageResult:
@@ -169,18 +181,20 @@ class StaticStage:
             return StageResult(stage=self.name, passed=False, score=None, error=impure)
         seed = int(rng.integers(SWEEP_SEEDS))  # drawn on both paths: later draws stay the same
         swept = 0  # every answer is a literal the static check judged: nothing left to sweep
+        legality = {LEGALITY: PROVEN, LEGALITY_NOTE: PROOF, LEGALITY_INPUTS: str(len(set(shapes)))}
         if not only_literal_answers(candidate.source):
             parts = sweep_plan(shapes, np.random.default_rng(seed))
             asked = dict(zip(shapes, configs, strict=True))
             failure = sweep_problem(candidate, parts, seed=seed, asked=asked)
             if failure is not None:
                 return StageResult(stage=self.name, passed=False, score=None, error=failure)
-            swept = sum(pair.calls for part in parts for pair in part)
+            swept = sum(pair.calls for part in parts for pair in part)  # every grid shape too
+            legality = {LEGALITY: TESTED, LEGALITY_NOTE: NO_PROOF, LEGALITY_INPUTS: str(swept)}
         return StageResult(
             stage=self.name,
             passed=True,
             score=1.0,
-            artifacts={"checked_shapes": str(len(shapes)), "swept_shapes": str(swept)},
+            artifacts={"checked_shapes": str(len(shapes)), "swept_shapes": str(swept), **legality},
         )
 
 
