@@ -75,6 +75,7 @@ def test_the_export_of_the_initial_program_passes_its_own_test(
     direct = _python(module, module.name)
     assert direct.returncode == 0, direct.stderr
     assert "test_choose_config passed" in direct.stdout
+    assert direct.stderr == ""  # the test's own fallbacks are not logged as the rule's
     collected = _python(module, "-m", "pytest", "-q", "-p", "no:cacheprovider", module.name)
     assert collected.returncode == 0, collected.stdout + collected.stderr
     assert "1 passed" in collected.stdout
