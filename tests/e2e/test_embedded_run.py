@@ -81,8 +81,11 @@ def test_cli_run_writes_the_report_and_best_prints_the_source(
     assert code == 0
     report = json.loads(report_path.read_text())
     assert report["proposals"] == 30
-
-    capsys.readouterr()
+    # Every return of the simulated proposer's programs is a literal config: proven, not swept.
+    legality = report["best_legality"]
+    assert legality["proven"] is True and legality["inputs"] > 400, legality
+    assert legality["text"].startswith("proven for every input (every return is a literal")
+    assert f"its legality: {legality['text']}" in " ".join(capsys.readouterr().out.split())
     assert main(["best", report["job_id"], "--db", db]) == 0
     printed = capsys.readouterr().out
     with sqlite3.connect(tmp_path / "cli.sqlite") as conn:
@@ -93,6 +96,9 @@ def test_cli_run_writes_the_report_and_best_prints_the_source(
     assert verdict == "confirmed"
     assert printed == source
     assert main(["show", report["best_program_id"], "--db", db, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["legality"] == legality
+    assert main(["show", report["best_program_id"], "--db", db]) == 0
+    assert "proven for every input" in " ".join(capsys.readouterr().out.split())
     assert main(["status", report["job_id"], "--db", db, "--json"]) == 0
     with sqlite3.connect(tmp_path / "cli.sqlite") as conn:
         (states,) = conn.execute("select count(*) from jobs where state = 'done'").fetchone()

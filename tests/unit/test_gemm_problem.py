@@ -29,6 +29,7 @@ from codevolve.problems.gemm_tiling.stages import (
     TrainStage,
     static_grid,
 )
+from codevolve.problems.gemm_tiling.sweep import EDGE_PAIRS
 from codevolve.problems.registry import get_problem, problem_names
 
 INITIAL = GemmTilingProblem().initial_program
@@ -217,11 +218,14 @@ def test_a_slower_program_scores_below_one_and_fails_the_probe_threshold() -> No
 def test_static_grid_spans_known_and_fresh_shapes_and_changes_per_evaluation() -> None:
     first = static_grid(np.random.default_rng(1))
     second = static_grid(np.random.default_rng(2))
-    assert 150 <= len(first) <= 500
+    assert 150 <= len(first) <= 700
     assert len(set(first)) == len(first) - 88  # the 88 known shapes are asked twice
     assert list(first[:88]) != list(all_shapes())  # in a fresh order
     assert {s.m for s in first} >= set(range(1, 65)) | {16384}
-    assert len({(s.n, s.k) for s in first}) >= 12
+    pairs = {(s.n, s.k) for s in first}
+    assert len(pairs) >= 12
+    assert set(EDGE_PAIRS) <= pairs  # sizes no projection has: 1, primes, odd, very large
+    assert len({pair for pair in pairs if pair[0] % 128 and pair[1] % 128}) >= 8
     assert set(first) != set(second)
 
 

@@ -7,19 +7,25 @@ sandbox runs the same programs in tests/security.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from codevolve.core.problem import LEGALITY, LEGALITY_INPUTS, PROVEN, TESTED
 from codevolve.core.program import StageResult
 from codevolve.problems.gemm_tiling.shapes import PROJECTIONS
 from codevolve.problems.gemm_tiling.stages import StaticStage, static_grid
 from codevolve.problems.gemm_tiling.sweep import (
     DENSE_MAX_M,
+    EDGE_PAIRS,
     FRESH_DENSE_MAX_M,
     FRESH_PAIRS,
     LARGE_MAX_M,
+    ODD_DENSE_MAX_M,
+    ODD_PAIRS,
+    on_the_grid,
     sweep_plan,
 )
 from tests.unit.test_gemm_problem import FIRST_BRANCH, INITIAL, InProcessCandidate
@@ -125,6 +131,37 @@ def test_a_rare_answer_that_is_not_six_ints_is_caught(answer: str, reason: str) 
     assert error.startswith(f"choose_config(4097, 6144, 4096) {reason}")
 
 
+# Rules that the projections and the fresh pairs on the 128 grid never reach: each returns a
+# computed config that cannot launch, only on (N, K) the predicate holds for.
+OFF_THE_GRID = [
+    ("N % 128 != 0", lambda n, k: n % 128 != 0),
+    ("K % 128 > 0 and K % 2 == 0", lambda n, k: k % 128 > 0 and k % 2 == 0),
+    ("N % 2 == 1", lambda n, k: n % 2 == 1),
+    ("K < 64", lambda n, k: k < 64),
+    ("N < 16", lambda n, k: n < 16),
+    ("N > 32768", lambda n, k: n > 32768),
+    ("K > 16384", lambda n, k: k > 16384),
+    ("N > 1 and all(N % d for d in range(2, int(N**0.5) + 1))", lambda n, k: _prime(n)),
+]
+
+
+def _prime(n: int) -> bool:
+    return n > 1 and all(n % d for d in range(2, int(n**0.5) + 1))
+
+
+@pytest.mark.parametrize(("test", "holds"), OFF_THE_GRID, ids=[t for t, _ in OFF_THE_GRID])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_rule_only_shapes_off_the_projections_reach_is_caught(
+    test: str, holds: Callable[[int, int], bool], seed: int
+) -> None:
+    rule = f"    if {test}:\n        return GemmConfig(M // M * 256, 256, 128, 4, 5, 8)\n"
+    error = _failure(_with_branch(rule), seed)
+    match = re.fullmatch(r"choose_config\((\d+), (\d+), (\d+)\) (.*)", error)
+    assert match is not None, error
+    assert holds(int(match[2]), int(match[3])), error
+    assert match[4] == CANNOT_LAUNCH
+
+
 def test_answers_that_change_after_the_grid_fail_as_impure() -> None:
     counter = "    CALLS[0] += 1\n    if CALLS[0] > 1000 and M <= 32:\n"
     rule = counter + "        return GemmConfig(32, 64, 64, 2, 4, 8)\n"
@@ -145,6 +182,9 @@ def test_an_honest_computed_program_is_swept_and_passes() -> None:
     result = _static(source)
     assert result.passed and result.score == 1.0, result.error
     assert int(result.artifacts["swept_shapes"]) >= len(PROJECTIONS) * DENSE_MAX_M
+    # Not proven: the report says how many inputs it was tested on (every grid shape is swept).
+    assert result.artifacts[LEGALITY] == TESTED
+    assert result.artifacts[LEGALITY_INPUTS] == result.artifacts["swept_shapes"]
 
 
 @pytest.mark.parametrize("path", KNOWN_GOOD, ids=lambda path: path.stem)
@@ -157,22 +197,33 @@ def test_known_good_programs_pass_without_a_sweep(path: Path) -> None:
 def test_the_initial_program_passes_without_a_sweep() -> None:
     result = _static(INITIAL)
     assert result.passed and result.artifacts["swept_shapes"] == "0"
+    # Proven for every input; the distinct shapes of the grid were asked as well.
+    assert result.artifacts[LEGALITY] == PROVEN
+    distinct = len(set(static_grid(np.random.default_rng(0))))
+    assert result.artifacts[LEGALITY_INPUTS] == str(distinct)
 
 
 def test_the_plan_covers_every_m_up_to_the_bound_for_every_projection() -> None:
     rng = np.random.default_rng(3)
     grid = static_grid(rng)
     parts = sweep_plan(grid, rng)
-    *projection_parts, fresh = parts
+    *projection_parts, fresh, odd = parts
     assert [(pair.n, pair.k) for (pair,) in projection_parts] == [(p.n, p.k) for p in PROJECTIONS]
     for (pair,) in projection_parts:
         assert pair.dense_to == DENSE_MAX_M
         assert pair.extra and all(DENSE_MAX_M < m <= LARGE_MAX_M for m in pair.extra)
     grid_pairs = {(s.n, s.k) for s in grid} - {(p.n, p.k) for p in PROJECTIONS}
-    assert grid_pairs <= {(pair.n, pair.k) for pair in fresh}
-    assert len(fresh) >= len(grid_pairs) + FRESH_PAIRS - 1  # a drawn pair may repeat one
+    on_grid = {pair for pair in grid_pairs if on_the_grid(pair)}
+    assert on_grid <= {(pair.n, pair.k) for pair in fresh}
+    assert len(fresh) >= len(on_grid) + FRESH_PAIRS - 1  # a drawn pair may repeat one
     for pair in fresh:
-        assert pair.dense_to == FRESH_DENSE_MAX_M
+        assert pair.dense_to == FRESH_DENSE_MAX_M and on_the_grid((pair.n, pair.k))
+        assert any(m > DENSE_MAX_M for m in pair.extra)
+    assert grid_pairs - on_grid <= {(pair.n, pair.k) for pair in odd}
+    assert set(EDGE_PAIRS) <= grid_pairs
+    assert len(odd) >= len(grid_pairs - on_grid) + ODD_PAIRS - 1
+    for pair in odd:
+        assert pair.dense_to == ODD_DENSE_MAX_M and not on_the_grid((pair.n, pair.k))
         assert any(m > DENSE_MAX_M for m in pair.extra)
     swept = [pair for part in parts for pair in part]
     for shape in grid:  # so that the sweep's answer to every grid shape is compared

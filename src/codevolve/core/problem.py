@@ -25,6 +25,13 @@ from codevolve.core.pysource import check_parses, parse_python
 # shapes): its score on the train split alone, which the run report's train row shows.
 TRAIN_SCORE = "train_score"
 
+# Artifacts of a stage that checks that every answer of the program is legal (launchable, for
+# gemm-tiling), read by the run report and `codevolve show`: LEGALITY is PROVEN when an argument
+# covers every input, TESTED when only the inputs asked were checked; LEGALITY_INPUTS how many
+# distinct inputs were asked (an int as text), LEGALITY_NOTE why it is or is not proven.
+LEGALITY, LEGALITY_INPUTS, LEGALITY_NOTE = "legality", "legality_inputs", "legality_note"
+PROVEN, TESTED = "proven", "tested"
+
 JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
 
 

@@ -67,8 +67,9 @@ group_m in {GROUP_M_VALUES}. A config must launch:
   warps: num_warps <= block_m*block_n/256 (each warp owns at least a 16x16 accumulator tile).
 For example 256x128 tiles need 8 warps. Every GemmConfig written with literal values anywhere in
 the program is checked, and the program is also called on unseen shapes (every M up to 16384
-for each projection; other N and K, multiples of 128): every answer must be six ints from these
-sets and launchable, and must not raise.
+for each projection; other N and K, multiples of 128 and not: 1, odd, prime, up to N = 262144
+and K = 65536): every answer must be six ints from these sets and launchable, and must not
+raise.
 
 Metric (higher is better): geometric mean over the train shapes of t_expert / t_chosen, timed by
 an analytical model of the GPU (waves of tiles over 132 SMs, occupancy, tensor-core efficiency by

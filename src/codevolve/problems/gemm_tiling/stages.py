@@ -27,7 +27,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from codevolve.core.problem import TRAIN_SCORE, Candidate, SandboxReply, Threshold
+from codevolve.core.problem import (
+    LEGALITY,
+    LEGALITY_INPUTS,
+    LEGALITY_NOTE,
+    PROVEN,
+    TESTED,
+    TRAIN_SCORE,
+    Candidate,
+    SandboxReply,
+    Threshold,
+)
 from codevolve.core.program import CaseResult, StageResult
 from codevolve.problems.gemm_tiling.baselines import (
     ShapeScore,
@@ -54,18 +64,26 @@ from codevolve.problems.gemm_tiling.static_check import (
     judge_answer,
 )
 from codevolve.problems.gemm_tiling.sweep import (
+    EDGE_PAIRS,
     fresh_pairs,
+    odd_pairs,
     sweep_plan,
     sweep_problem,
 )
 
 DECODE_FEATURE_MAX_M = 64  # the decode_speedup feature covers train shapes with M <= 64
 UNSEEN_PAIRS = 4  # fresh (N, K) pairs per evaluation, multiples of 128
+UNSEEN_ODD_PAIRS = 4  # fresh (N, K) pairs per evaluation off the 128 grid, besides EDGE_PAIRS
+# M asked of every pair off the 128 grid: 1, small primes, odd values beside powers of two, a
+# round thousand, and a prime near the dense bound.
+ODD_M = (1, 2, 3, 7, 13, 31, 127, 129, 1000, 4099, 16381)
 UNSEEN_RANDOM_M = 16  # fresh random M per evaluation
 MAX_UNSEEN_M = 16384
 LARGE_POWERS_OF_TWO = tuple(2**e for e in range(7, 15))  # 128 .. 16384
 PROBE_THRESHOLD = Threshold(relative=0.9)  # keep 90% of the parent's probe score
 SWEEP_SEEDS = 1 << 62
+PROOF = "every return is a literal config, each judged launchable by the static check"
+NO_PROOF = "the program computes its answers: the legality sweep asked these inputs"
 
 
 def _sandbox_error(stage: str, reply: SandboxReply) -> StageResult:
@@ -116,8 +134,9 @@ def configs_or_error(
 
 def static_grid(rng: np.random.Generator) -> tuple[GemmShape, ...]:
     """The 88 shapes and unseen ones (M 1..64, large powers of two, random M; known and fresh
-    (N, K) pairs): about 200 calls, different each evaluation."""
-    pairs = [(p.n, p.k) for p in PROJECTIONS] + fresh_pairs(rng, UNSEEN_PAIRS)
+    (N, K) pairs, on the 128 grid and off it): about 400 calls, different each evaluation."""
+    odd = [*EDGE_PAIRS, *odd_pairs(rng, UNSEEN_ODD_PAIRS)]
+    pairs = [(p.n, p.k) for p in PROJECTIONS] + fresh_pairs(rng, UNSEEN_PAIRS) + odd
 
     def any_pair() -> tuple[int, int]:
         return pairs[int(rng.integers(len(pairs)))]
@@ -128,6 +147,7 @@ def static_grid(rng: np.random.Generator) -> tuple[GemmShape, ...]:
         GemmShape(int(m), *any_pair())
         for m in rng.integers(65, MAX_UNSEEN_M + 1, size=UNSEEN_RANDOM_M)
     ]
+    unseen += [GemmShape(m, n, k) for m in ODD_M for n, k in odd]
     known = {(s.m, s.n, s.k) for s in all_shapes()}
     fresh = sorted({s for s in unseen if (s.m, s.n, s.k) not in known})
     # The 88 shapes twice, everything in a fresh order: a program whose answer depends on what
@@ -161,18 +181,20 @@ class StaticStage:
             return StageResult(stage=self.name, passed=False, score=None, error=impure)
         seed = int(rng.integers(SWEEP_SEEDS))  # drawn on both paths: later draws stay the same
         swept = 0  # every answer is a literal the static check judged: nothing left to sweep
+        legality = {LEGALITY: PROVEN, LEGALITY_NOTE: PROOF, LEGALITY_INPUTS: str(len(set(shapes)))}
         if not only_literal_answers(candidate.source):
             parts = sweep_plan(shapes, np.random.default_rng(seed))
             asked = dict(zip(shapes, configs, strict=True))
             failure = sweep_problem(candidate, parts, seed=seed, asked=asked)
             if failure is not None:
                 return StageResult(stage=self.name, passed=False, score=None, error=failure)
-            swept = sum(pair.calls for part in parts for pair in part)
+            swept = sum(pair.calls for part in parts for pair in part)  # every grid shape too
+            legality = {LEGALITY: TESTED, LEGALITY_NOTE: NO_PROOF, LEGALITY_INPUTS: str(swept)}
         return StageResult(
             stage=self.name,
             passed=True,
             score=1.0,
-            artifacts={"checked_shapes": str(len(shapes)), "swept_shapes": str(swept)},
+            artifacts={"checked_shapes": str(len(shapes)), "swept_shapes": str(swept), **legality},
         )
 
 

@@ -1,20 +1,24 @@
 """The legality sweep: every token count up to a bound, for every projection, asked in the sandbox.
 
-The static stage's grid asks about 290 shapes, so a config computed on a rare branch (taken only
+The static stage's grid asks about 490 shapes, so a config computed on a rare branch (taken only
 when ``M % 1000 == 999``, say) passes it, and fails at launch time in production. The sweep asks
 ``choose_config`` about every M in 1..:data:`DENSE_MAX_M` for each projection's (N, K), every
 token count the problem serves (the 88 shapes reach 8192; prefill chunks of 16384 tokens are
-common), plus seeded larger M up to :data:`LARGE_MAX_M`, and fresh (N, K) pairs (the grid's and
-:data:`FRESH_PAIRS` more, multiples of 128) at every M up to :data:`FRESH_DENSE_MAX_M`, seeded M
-up to the bound and above it, and the M the grid asked of them: about 152,000 shapes. Every
-answer must be six ints from the value sets and launchable; the first that is not fails the
-program with its input named. What no finite sweep covers: M above the bound beyond the seeded
-samples, and (N, K) pairs other than the projections' and the drawn ones.
+common), plus seeded larger M up to :data:`LARGE_MAX_M`; fresh (N, K) pairs on the 128 grid (the
+grid's and :data:`FRESH_PAIRS` more) at every M up to :data:`FRESH_DENSE_MAX_M`, seeded M up to
+the bound and above it, and the M the grid asked of them; and pairs off the 128 grid, which no
+projection has (:data:`EDGE_PAIRS`: 1, small and large primes, odd sizes either side of a multiple
+of 128, up to N = 262144 and K = 65536; the grid's drawn ones and :data:`ODD_PAIRS` more), at every
+M up to :data:`ODD_DENSE_MAX_M` and seeded M above: about 164,000 shapes. Every answer must be
+six ints from the value sets and launchable; the first that is not fails the program with its
+input named. What no finite sweep covers: M above the bound beyond the seeded samples, and (N, K)
+pairs other than the projections' and the drawn ones.
 
-The calls are batched into one sandboxed child per projection and one for the fresh pairs (each
-about 16,000-21,000 calls, so each child's CPU limit is spent on one part only). A child runs
-``_sweep_harness.py``, which keeps the answers and sends back only where they change (per (N,
-K), the M of each change and the config from there on): the per-answer JSON of ~152,000 calls
+The calls are batched into one sandboxed child per projection, one for the fresh pairs on the
+128 grid and one for those off it (each about 11,000-22,000 calls, so each child's CPU limit is
+spent on one part only). A child runs ``_sweep_harness.py``, which keeps the answers and sends
+back only where they change (per (N, K), the M of each change and the config from there on):
+the per-answer JSON of ~164,000 calls
 would cost several times the calls. Every distinct config is judged here.
 
 The sweep asks each shape once, in a scrambled order. Its answers on the shapes the grid also
@@ -50,6 +54,26 @@ FRESH_PAIRS = 12  # fresh (N, K) pairs drawn for the sweep, besides the grid's
 FRESH_DENSE_MAX_M = 1024  # every M in 1..FRESH_DENSE_MAX_M, for every fresh pair
 FRESH_RANDOM_M = 256  # seeded M in (FRESH_DENSE_MAX_M, DENSE_MAX_M], per fresh pair
 FRESH_N_STEPS, FRESH_K_STEPS = 256, 128  # fresh N, K: multiples of 128 up to 32768 and 16384
+# Pairs off the 128 grid, which no projection has: N up to a vocabulary projection's width (an
+# LM head of a 256k vocabulary), K up to a long reduction. Values of 1 and primes are legal shapes.
+MAX_ODD_N, MAX_ODD_K = 262144, 65536
+# Asked at every evaluation: the smallest, small primes, odd values either side of a multiple of
+# 128, round thousands (a classifier head of 1000 classes), GPT-2's LM head (N = 50257 = 29 *
+# 1733), large primes (65521, 2**13 - 1, 2**17 - 1), the bounds themselves.
+EDGE_PAIRS = (
+    (1, 1),
+    (7, 13),
+    (127, 4095),
+    (4097, 129),
+    (1000, 1000),
+    (50257, 768),
+    (65521, 8191),
+    (131071, 65521),
+    (MAX_ODD_N, MAX_ODD_K),
+)
+ODD_PAIRS = 8  # drawn off the 128 grid for the sweep, besides the grid's
+ODD_DENSE_MAX_M = 512  # every M in 1..ODD_DENSE_MAX_M, for every pair off the grid
+ODD_RANDOM_M = 64  # seeded M in (ODD_DENSE_MAX_M, DENSE_MAX_M], per pair off the grid
 HARNESS_SEEDS = 1 << 31
 
 
@@ -90,8 +114,25 @@ def fresh_pairs(rng: np.random.Generator, count: int) -> list[tuple[int, int]]:
     ]
 
 
+def odd_pairs(rng: np.random.Generator, count: int) -> list[tuple[int, int]]:
+    """``count`` (N, K) pairs, neither a multiple of 128, log-uniform in 1..MAX_ODD_N and
+    1..MAX_ODD_K: as many below 128 as between 8192 and 16384."""
+
+    def draw(bound: int) -> int:
+        value = int(np.exp2(rng.uniform(0.0, np.log2(bound))))
+        return value + 1 if value % 128 == 0 else value
+
+    return [(draw(MAX_ODD_N), draw(MAX_ODD_K)) for _ in range(count)]
+
+
+def on_the_grid(pair: tuple[int, int]) -> bool:
+    """Whether both of a pair's sizes are multiples of 128, as every projection's are."""
+    return pair[0] % 128 == 0 and pair[1] % 128 == 0
+
+
 def sweep_plan(grid: Sequence[GemmShape], rng: np.random.Generator) -> tuple[Part, ...]:
-    """One part per projection and one for the fresh pairs (the grid's and FRESH_PAIRS more)."""
+    """One part per projection, one for the fresh pairs on the 128 grid (the grid's and
+    FRESH_PAIRS more) and one for the pairs off it (the grid's and ODD_PAIRS more)."""
     grid_ms: dict[tuple[int, int], list[int]] = {}
     for shape in grid:
         grid_ms.setdefault((shape.n, shape.k), []).append(shape.m)
@@ -104,21 +145,25 @@ def sweep_plan(grid: Sequence[GemmShape], rng: np.random.Generator) -> tuple[Par
         (SweptPair(n, k, DENSE_MAX_M, _above(DENSE_MAX_M, larger() + grid_ms.get((n, k), []))),)
         for n, k in projections
     ]
-    fresh = sorted(set(grid_ms) - set(projections))
+    unseen = sorted(set(grid_ms) - set(projections))
+    fresh = [pair for pair in unseen if on_the_grid(pair)]
     fresh += [pair for pair in fresh_pairs(rng, FRESH_PAIRS) if pair not in grid_ms]
-    sampled = {
-        pair: [int(m) for m in rng.integers(FRESH_DENSE_MAX_M + 1, DENSE_MAX_M + 1, FRESH_RANDOM_M)]
-        + larger()
-        for pair in dict.fromkeys(fresh)
-    }
-    parts.append(
-        tuple(
-            SweptPair(
-                n, k, FRESH_DENSE_MAX_M, _above(FRESH_DENSE_MAX_M, ms + grid_ms.get((n, k), []))
+    odd = [pair for pair in unseen if not on_the_grid(pair)]
+    odd += [pair for pair in odd_pairs(rng, ODD_PAIRS) if pair not in grid_ms]
+    for pairs, dense_to, sampled in (
+        (fresh, FRESH_DENSE_MAX_M, FRESH_RANDOM_M),
+        (odd, ODD_DENSE_MAX_M, ODD_RANDOM_M),
+    ):
+        ms = {
+            pair: [int(m) for m in rng.integers(dense_to + 1, DENSE_MAX_M + 1, sampled)] + larger()
+            for pair in dict.fromkeys(pairs)
+        }
+        parts.append(
+            tuple(
+                SweptPair(n, k, dense_to, _above(dense_to, asked + grid_ms.get((n, k), [])))
+                for (n, k), asked in ms.items()
             )
-            for (n, k), ms in sampled.items()
         )
-    )
     return tuple(parts)
 
 
@@ -181,7 +226,8 @@ def _named(part: Part) -> str:
     if len(part) == 1:
         pair = part[0]
         return f"every M in 1..{pair.dense_to} and {len(pair.extra)} larger, N={pair.n}, K={pair.k}"
-    return f"{len(part)} fresh (N, K) pairs"
+    where = "on" if all(on_the_grid((pair.n, pair.k)) for pair in part) else "off"
+    return f"{len(part)} fresh (N, K) pairs {where} the 128 grid"
 
 
 def _read_runs(

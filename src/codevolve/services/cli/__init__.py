@@ -274,6 +274,8 @@ def _print_program(console: Console, summary: dict[str, Any]) -> None:
         table.add_row(f"held-out {name}", f"{value:.4f}")
     for name, value in summary["stage_scores"].items():
         table.add_row(f"stage {name}", f"{value:.4f}")
+    if summary.get("legality") is not None:
+        table.add_row("legality", summary["legality"]["text"])
     console.print(table)
     if summary.get("feedback"):
         console.print(summary["feedback"])

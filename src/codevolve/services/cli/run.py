@@ -324,6 +324,9 @@ def print_summary(console: Console, report: dict[str, Any]) -> None:
         )
     console.print(table)
     console.print(f"best program: {report['best_program_id']}")
+    legality = report.get("best_legality")
+    if legality is not None:
+        console.print(f"its legality: {legality['text']}", markup=False)
 
 
 def _fmt(value: float | None) -> str:

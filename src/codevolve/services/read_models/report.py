@@ -18,7 +18,7 @@ from codevolve.core.program import Program
 from codevolve.core.prompt import ProposalStatus
 from codevolve.program_db import repository
 from codevolve.services.read_models.usage import job_usage
-from codevolve.services.read_models.views import job_best
+from codevolve.services.read_models.views import job_best, legality_summary
 
 HELDOUT_SCORE = "score"  # the held-out metric that mirrors a program's score on the held-out split
 
@@ -59,6 +59,8 @@ async def build_report(session: AsyncSession, job_id: str, problem: Problem) -> 
         **await job_best(session, job),  # best_program_id, best_score (confirmed), best_spread...
         "max_cost_usd": job.config.proposer.max_cost_usd,
         **await job_usage(session, job_id),  # tokens_in, tokens_out, cost_usd, by_proposer, ...
+        # proven for every input, or tested on how many (problems that check legality)
+        "best_legality": legality_summary(best) if best else None,
     }
     evolved_train = best.metrics.get(TRAIN_SCORE, best.score) if best else None
     evolved_test = best.heldout.get(HELDOUT_SCORE) if best else None

@@ -4,8 +4,10 @@
   size, as text, or JSON with ``--json`` or ``--out`` (decompositions.py);
 - ``triton`` (gemm-kernel-gpu jobs): the best program as a standalone Python module with
   ``matmul(a, w)`` and its own test against ``torch.matmul`` (triton_module.py);
-- ``module`` (KernelBench jobs): the best ``ModelNew`` with the problem's reference and a test
-  comparing the two (kernelbench_module.py).
+- ``module``: KernelBench jobs, the best ``ModelNew`` with the problem's reference and a test
+  comparing the two (kernelbench_module.py); gemm-tiling and gemm-tiling-gpu jobs, the best
+  ``choose_config`` behind a launch guard that falls back to the expert's config, with its test
+  (tiling_module.py).
 
 Without ``--out`` the result is printed; ``--out`` replaces a file only with ``--force``. A job
 of a problem no format exports, a job of another problem, an unknown job or one with no
@@ -41,7 +43,8 @@ def register(sub: Any) -> None:
         default=DECOMPOSITIONS,
         help="decompositions (matmul-tensor jobs, the default); triton (gemm-kernel-gpu jobs: a "
         "module with matmul(a, w) and its test); module (KernelBench jobs: ModelNew, the "
-        "reference and a test comparing them)",
+        "reference and a test comparing them; gemm-tiling and gemm-tiling-gpu jobs: "
+        "choose_config behind a launch guard, and its test)",
     )
     export.add_argument("--json", action="store_true", help="decompositions as JSON")
     export.add_argument(
@@ -85,16 +88,24 @@ def _check_out(out: Path, *, force: bool) -> None:
 async def _export(args: argparse.Namespace, out: Path | None) -> str:
     from codevolve.services.database import reading_session
 
-    file = str(out) if out is not None else DEFAULT_FILES.get(args.format, "")
+    named = str(out) if out is not None else None
     async with reading_session(args.db) as session:
         if args.format == TRITON:
             from codevolve.services.cli.export.triton_module import export_triton
 
-            return await export_triton(session, args.job, module=Path(file).stem)
+            module = Path(named or DEFAULT_FILES[TRITON]).stem
+            return await export_triton(session, args.job, module=module)
         if args.format == MODULE:
+            from codevolve.services.cli.export import tiling_module
+            from codevolve.services.cli.export.best import get_job
+
+            job = await get_job(session, args.job)
+            if job.config.problem in tiling_module.PROBLEMS:
+                module = Path(named or tiling_module.DEFAULT_FILE).stem
+                return await tiling_module.export_tiling(session, job, module=module)
             from codevolve.services.cli.export.kernelbench_module import export_model
 
-            return await export_model(session, args.job, file=file)
+            return await export_model(session, args.job, file=named or DEFAULT_FILES[MODULE])
         from codevolve.services.cli.export.decompositions import as_text, collect
 
         document = await collect(session, args.job)

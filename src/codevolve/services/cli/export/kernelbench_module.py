@@ -53,7 +53,8 @@ async def export_model(session: AsyncSession, job_id: str, *, file: str) -> str:
     if bundle is None or SPEC_FILE not in bundle.files:
         raise ExportRefused(
             f"job {job.id} is a job of {problem}, not of a KernelBench problem; --format module "
-            "exports KernelBench jobs (--format triton: gemm-kernel-gpu jobs)"
+            "exports KernelBench, gemm-tiling and gemm-tiling-gpu jobs (--format triton: "
+            "gemm-kernel-gpu jobs)"
         )
     spec = spec_of_files(bundle.files)
     return model_module(spec, await get_best(session, job), file=file)

@@ -41,7 +41,7 @@ async def export_triton(session: AsyncSession, job_id: str, *, module: str) -> s
     if job.config.problem != PROBLEM:
         raise ExportRefused(
             f"job {job.id} is a job of {job.config.problem}; --format triton exports "
-            f"{PROBLEM} jobs (--format module: KernelBench jobs)"
+            f"{PROBLEM} jobs (--format module: KernelBench, gemm-tiling and gemm-tiling-gpu jobs)"
         )
     return triton_module(await get_best(session, job), module=module)
 
