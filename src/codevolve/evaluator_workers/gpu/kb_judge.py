@@ -87,6 +87,14 @@ class LoadFailed(Exception):
     """The candidate did not load (its load_error)."""
 
 
+class CageBroke(Exception):
+    """A runner's device stopped working inside its cage (before any program loaded)."""
+
+    def __init__(self, why: str, layers: list[str]) -> None:
+        super().__init__(why)
+        self.layers = layers
+
+
 @dataclass(frozen=True, slots=True)
 class JudgeSettings:
     """How a candidate is judged (the ``kb.judge`` payload, validated by kb_jobs.py)."""
@@ -192,6 +200,8 @@ class Remote:
     def start(self, source: str, *, trusted: bool) -> None:
         fds = [] if self.arena.fd is None else [self.arena.fd]
         reply = self.ask({"op": "attach", "arena": self.arena.handle.as_json()}, fds=fds)
+        if "cage_broke_device" in reply:
+            raise CageBroke(str(reply["cage_broke_device"]), [str(x) for x in reply["layers"]])
         layers = reply.get("layers", {})
         self.layers = (
             {str(k): bool(v) for k, v in layers.items()} if isinstance(layers, dict) else {}
@@ -272,6 +282,28 @@ class Remote:
         self.runner.end()
         if arena:
             self.arena.close()
+
+
+def start_remote(runners: RunnerPool, arena: Arena, source: str, *, trusted: bool) -> Remote:
+    """A runner with ``source`` loaded. A runner whose device broke inside its cage (a kernel
+    whose Landlock version filters device ioctls, say) is ended, and the pool drops the layers
+    that machine cannot hold, one at a time, before the program is given to another."""
+    while True:
+        remote = Remote(
+            runners.take(), arena, runners.settings.device, who="Model" if trusted else "ModelNew"
+        )
+        try:
+            remote.start(source, trusted=trusted)
+            return remote
+        except CageBroke as exc:
+            remote.close()
+            if not runners.drop_layer(exc.layers, str(exc)):
+                raise CandidateProblem(
+                    f"no runner could use the device in its cage: {exc}"
+                ) from None
+        except BaseException:
+            remote.close()
+            raise
 
 
 class _Misplaced(Exception):
@@ -393,8 +425,7 @@ class Session:
         self.batch = max(1, min(MAX_BATCH[self.device], target, cap // one_set))
         size = max(self.batch * one_set, byte_count(init) + one_set)
         self.arena = Arena.create(size, self.device)
-        self.remote = Remote(self.runners.take(), self.arena, self.device, who="ModelNew")
-        self.remote.start(self.candidate, trusted=False)
+        self.remote = start_remote(self.runners, self.arena, self.candidate, trusted=False)
         self.layers = self.remote.layers
 
     def _clock(self) -> float:

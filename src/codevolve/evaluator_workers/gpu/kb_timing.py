@@ -51,7 +51,7 @@ from codevolve.evaluator_workers.gpu.kb_inputs import (
     judge_random,
     refill,
 )
-from codevolve.evaluator_workers.gpu.kb_judge import Remote, Session
+from codevolve.evaluator_workers.gpu.kb_judge import Remote, Session, start_remote
 from codevolve.evaluator_workers.gpu.kb_watch import POISON_BYTE, CandidateProblem, copies
 from codevolve.evaluator_workers.gpu.shared_tensors import Arena
 
@@ -245,9 +245,8 @@ class _ReferenceRunners:
     def _start(self, session: Session) -> Remote:
         assert session.arena is not None
         arena = Arena.create(session.arena.raw.numel(), session.device)
-        remote = Remote(session.runners.take(), arena, session.device, who="Model")
+        remote = start_remote(session.runners, arena, session.reference_source, trusted=True)
         try:
-            remote.start(session.reference_source, trusted=True)
             remote.construct(
                 session.seed, init_inputs(session.reference, session.seed, session.device)
             )

@@ -181,7 +181,24 @@ class _Runner:
         handle = self.shared.ArenaHandle(**message["arena"])
         self.arena = self.shared.Arena.attach(handle, fds[0] if fds else None)
         self.enter_cage()
+        try:
+            self._self_test()
+        except Exception as exc:  # noqa: BLE001 - said to the judge, which starts runners with less
+            layers = [name for name, held in self.layers.items() if held]
+            return {"cage_broke_device": f"{type(exc).__name__}: {exc}"[:500], "layers": layers}
         return {"ok": True, "layers": self.layers}
+
+    def _self_test(self) -> None:
+        """What a judging needs of the device still works inside the cage: compute, read the
+        arena, and (CUDA) name an output by IPC handle."""
+        torch = self.torch
+        value = torch.ones(1024, device=self.device).add_(1).sum()
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            self.shared.export_cuda(torch.ones(1024, device="cuda"))
+        self.arena.raw[:16].sum()
+        if float(value) != 2048.0:
+            raise RuntimeError("the device computed a wrong sum")
 
     def load(self, message: dict[str, Any]) -> dict[str, Any]:
         source = str(message["source"])

@@ -18,6 +18,7 @@ Imported only in the device process (stdlib, no torch).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -297,6 +298,24 @@ class RunnerPool:
         self._lock = threading.Lock()
         self._starting: list[tuple[Runner, threading.Thread]] = []
         self._zygote: Zygote | None = None
+
+    def drop_layer(self, held: list[str], why: str) -> bool:
+        """Runners from now on go without the first of the cage's optional layers that held in
+        a runner whose device then broke (Landlock, then seccomp); False when none is left."""
+        for layer in ("landlock", "seccomp"):
+            if layer in held and layer in self.settings.layers:
+                log.warning(
+                    "runners go without %s from now on: the device broke in it (%s)", layer, why
+                )
+                with self._lock:
+                    layers = tuple(name for name in self.settings.layers if name != layer)
+                    self.settings = dataclasses.replace(self.settings, layers=layers)
+                    starting, self._starting = self._starting, []
+                for runner, thread in starting:
+                    thread.join(timeout=START_TIMEOUT_S)
+                    runner.end()
+                return True
+        return False
 
     def _fork(self) -> Runner:
         if self._zygote is None or not self._zygote.alive:
