@@ -199,7 +199,9 @@ class Remote:
 
     def start(self, source: str, *, trusted: bool) -> None:
         fds = [] if self.arena.fd is None else [self.arena.fd]
-        reply = self.ask({"op": "attach", "arena": self.arena.handle.as_json()}, fds=fds)
+        cache = self.runner.kernel_cache(source)
+        message = {"op": "attach", "arena": self.arena.handle.as_json(), "cache": cache}
+        reply = self.ask(message, fds=fds)
         if "cage_broke_device" in reply:
             raise CageBroke(str(reply["cage_broke_device"]), [str(x) for x in reply["layers"]])
         layers = reply.get("layers", {})

@@ -111,6 +111,7 @@ class _Runner:
         self.kept: list[Any] = []  # outputs the judge has yet to copy (CUDA)
         self.staged: list[tuple[list[Any], list[dict[str, Any]]]] = []
         self.trusted = False
+        self.cache: str | None = None
         self.layers: dict[str, bool] = {}
 
     # -- the cage -------------------------------------------------------------------------
@@ -145,6 +146,7 @@ class _Runner:
                     continue
                 plan.read_paths, plan.run_files = ["/"], ["/"]
                 plan.device_files = list(self.settings.get("device_files", []))
+                plan.shm_dir = self.cache  # writable too: the compiled kernels of this source
             _confine.confine(self.scratch, plan=plan, libc=libc)  # OSError: never less confined
             self.layers[layer] = True
 
@@ -179,6 +181,10 @@ class _Runner:
 
     def attach(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         handle = self.shared.ArenaHandle(**message["arena"])
+        cache = message.get("cache")
+        if isinstance(cache, str) and cache:
+            self.cache = cache  # Triton's compiled kernels of this program's source, kept by the
+            os.environ["TRITON_CACHE_DIR"] = cache  # judge for its next judging of that source
         self.arena = self.shared.Arena.attach(handle, fds[0] if fds else None)
         self.enter_cage()
         try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import itertools
 import json
 import logging
@@ -72,6 +73,7 @@ class RunnerSettings:
     layers: tuple[str, ...] = ("landlock", "seccomp")
     threads: int = 1  # torch's CPU threads in a CPU runner
     rules: bool = True  # the source rules (a filter) before a candidate loads; off in tests only
+    cache_root: str = ""  # where compiled kernels are kept per source ("": a folder of the pool)
 
 
 class Zygote:
@@ -190,6 +192,20 @@ class Runner:
     def pid(self) -> int:
         return self._pid
 
+    def kernel_cache(self, source: str) -> str:
+        """A folder for Triton's compiled kernels of ``source``, kept across judgings: only a
+        runner given this very source may write it (Landlock), so what a program leaves there
+        serves that program alone. Owned by this runner's uid for now."""
+        digest = hashlib.sha256(source.encode()).hexdigest()[:32]
+        folder = os.path.join(self.settings.cache_root or tempfile.gettempdir(), digest)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        if self.uid is not None:
+            for path, _dirs, files in os.walk(folder):
+                os.chown(path, self.uid, self.uid)
+                for name in files:
+                    os.chown(os.path.join(path, name), self.uid, self.uid, follow_symlinks=False)
+        return folder
+
     def alive(self) -> bool:
         """Running (or stopped), not ended: a zombie waiting for the zygote counts as ended."""
         if self._ended:
@@ -293,6 +309,11 @@ class RunnerPool:
     """Runners started ahead of need, one device's worth (thread-safe)."""
 
     def __init__(self, settings: RunnerSettings, *, warm: int = 2) -> None:
+        self._own_cache = not settings.cache_root
+        if self._own_cache:
+            root = tempfile.mkdtemp(prefix="codevolve-kernels-")
+            os.chmod(root, 0o711)  # runners may enter their own source's folder, not list others
+            settings = dataclasses.replace(settings, cache_root=root)
         self.settings = settings
         self._warm = warm
         self._lock = threading.Lock()
@@ -360,6 +381,8 @@ class RunnerPool:
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
+        if self._own_cache:
+            shutil.rmtree(self.settings.cache_root, ignore_errors=True)
 
 
 def vars_of(limits: RunnerLimits) -> dict[str, int]:
