@@ -13,18 +13,30 @@ from tests.cli.export_jobs import gemm_kernel_job
 def test_a_job_of_a_problem_without_an_export_is_one_line_naming_it(
     run_db: tuple[Path, str],
 ) -> None:
-    db, job_id = run_db  # a gemm-tiling job
-    for extra in ((), ("--json",), ("--out", str(db.parent / "x.json"))):
+    db, job_id = run_db  # a gemm-tiling job: it exports as a module, not as decompositions
+    out = db.parent / "x.json"
+    for extra in (
+        ("--format", "decompositions"),
+        ("--format", "decompositions", "--out", str(out)),
+    ):
         outcome = codevolve("export", job_id, "--db", str(db), *extra)
         assert outcome.returncode == 2
         assert outcome.error_line == (
-            f"error: job {job_id} is a job of gemm-tiling, which has no export; `codevolve "
-            "export` exports matmul-tensor jobs (--format decompositions, the default), "
-            "gemm-kernel-gpu jobs (--format triton) and KernelBench jobs (--format module); "
-            f"`codevolve best {job_id}` prints its best program"
+            f"error: job {job_id} is a job of gemm-tiling, which has no export as "
+            "decompositions; `codevolve export` exports matmul-tensor jobs (--format "
+            "decompositions), gemm-kernel-gpu jobs (--format triton), KernelBench, gemm-tiling "
+            f"and gemm-tiling-gpu jobs (--format module); `codevolve best {job_id}` prints its "
+            "best program"
         )
         assert outcome.stdout == ""
-    assert not (db.parent / "x.json").exists()
+    assert not out.exists()
+    json_asked = codevolve("export", job_id, "--db", str(db), "--json")
+    assert json_asked.returncode == 2 and json_asked.stdout == ""
+    assert json_asked.error_line == (
+        f"error: --json applies to --format decompositions; job {job_id} exports as --format module"
+    )
+    own = codevolve("export", job_id, "--db", str(db))  # the job's own format
+    assert own.returncode == 0 and "def choose_config" in own.stdout, own.stderr
 
 
 def test_out_refuses_to_replace_a_file_without_force(

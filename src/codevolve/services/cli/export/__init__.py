@@ -40,8 +40,10 @@ def register(sub: Any) -> None:
     export.add_argument(
         "--format",
         choices=FORMATS,
-        default=DECOMPOSITIONS,
-        help="decompositions (matmul-tensor jobs, the default); triton (gemm-kernel-gpu jobs: a "
+        default=None,
+        help="default: the job's own (decompositions for matmul-tensor, triton for "
+        "gemm-kernel-gpu, module for the rest that export). decompositions (matmul-tensor "
+        "jobs); triton (gemm-kernel-gpu jobs: a "
         "module with matmul(a, w) and its test); module (KernelBench jobs: ModelNew, the "
         "reference and a test comparing them; gemm-tiling and gemm-tiling-gpu jobs: "
         "choose_config behind a launch guard, and its test)",
@@ -61,14 +63,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
     out: Path | None = args.out
     if out is not None:
         _check_out(out, force=args.force)
-    if args.json and args.format != DECOMPOSITIONS:
+    if args.json and args.format not in (None, DECOMPOSITIONS):
         raise ExportRefused(f"--json applies to --format {DECOMPOSITIONS}, not {args.format}")
     text = asyncio.run(_export(args, out))
     if out is None:
         print(text.rstrip("\n"))
         return 0
     out.write_text(text.rstrip("\n") + "\n")
-    if args.format != DECOMPOSITIONS:
+    if args.format != DECOMPOSITIONS:  # resolved by _export where it was left to the job
         sys.stderr.write(f"wrote {out}: check it with `pytest {out}` or `python {out}`\n")
     return 0
 
@@ -85,11 +87,33 @@ def _check_out(out: Path, *, force: bool) -> None:
         )
 
 
+def _default_format(problem: str) -> str:
+    """The format of a job's own export: decompositions for matmul-tensor (and for a problem
+    with none, which then says so), triton for gemm-kernel-gpu, module for the rest."""
+    from codevolve.services.cli.export import tiling_module
+
+    if problem == "gemm-kernel-gpu":
+        return TRITON
+    if problem in tiling_module.PROBLEMS or problem.startswith("bundle:"):
+        return MODULE
+    return DECOMPOSITIONS
+
+
 async def _export(args: argparse.Namespace, out: Path | None) -> str:
+    from codevolve.services.cli.export.errors import ExportRefused
     from codevolve.services.database import reading_session
 
     named = str(out) if out is not None else None
     async with reading_session(args.db) as session:
+        if args.format is None:
+            from codevolve.services.cli.export.best import get_job
+
+            args.format = _default_format((await get_job(session, args.job)).config.problem)
+            if args.json and args.format != DECOMPOSITIONS:
+                raise ExportRefused(
+                    f"--json applies to --format {DECOMPOSITIONS}; job {args.job} exports as "
+                    f"--format {args.format}"
+                )
         if args.format == TRITON:
             from codevolve.services.cli.export.triton_module import export_triton
 

@@ -38,10 +38,11 @@ async def collect(session: Any, job_id: str) -> dict[str, Any]:
     job = await get_job(session, job_id)
     if job.config.problem != MATMUL_TENSOR:
         raise ExportRefused(
-            f"job {job.id} is a job of {job.config.problem}, which has no export; "
-            f"`codevolve export` exports {MATMUL_TENSOR} jobs (--format decompositions, the "
-            "default), gemm-kernel-gpu jobs (--format triton) and KernelBench jobs (--format "
-            f"module); `codevolve best {job.id}` prints its best program"
+            f"job {job.id} is a job of {job.config.problem}, which has no export as "
+            f"decompositions; `codevolve export` exports {MATMUL_TENSOR} jobs (--format "
+            "decompositions), gemm-kernel-gpu jobs (--format triton), KernelBench, gemm-tiling "
+            f"and gemm-tiling-gpu jobs (--format module); `codevolve best {job.id}` prints its "
+            "best program"
         )
     best: dict[str, tuple[Decomposition, str]] = {}
     offset = 0
