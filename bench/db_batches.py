@@ -21,8 +21,8 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-from scratch import scratch_database
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from throughput import scratch_database  # bench/throughput.py, beside this script
 
 from codevolve.core.config import RunConfig
 from codevolve.core.program import (

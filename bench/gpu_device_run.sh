@@ -181,7 +181,7 @@ print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.devic
       ;;
     smoke)
       python3 -m codevolve.services.cli evaluate --problem gemm-tiling \
-        --program bench/gpu_programs/cost_model_best.py --json | head -c 400; echo
+        --program data/gemm_tiling_gpu/programs/cost_model_best.py --json | head -c 400; echo
       ;;
     tests)
       timeout 240 python3 -m pytest -c /dev/null --rootdir . -p no:cacheprovider -q \
@@ -202,7 +202,7 @@ print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.devic
         --out "$OUT/fidelity.json"
       ;;
     evaluate)
-      programs=$(ls bench/gpu_programs/*.py)
+      programs=$(ls data/gemm_tiling_gpu/programs/*.py)
       timeout 300 python3 bench/gpu_calibrate.py evaluate --oracle "$ORACLE" $programs \
         --out "$OUT/evaluate.json" 2>&1 | tee "$OUT/evaluate.log"
       ;;
@@ -216,7 +216,7 @@ print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.devic
         "$(python3 -c "import json;print(json.load(open('$OUT/gpu_evolve_report.json'))['job_id'])")" \
         > "$OUT/gpu_evolved_best.py"
       if [ -s "$OUT/gpu_evolved_best.py" ]; then
-        cp "$OUT/gpu_evolved_best.py" bench/gpu_programs/gpu_evolved_best.py
+        cp "$OUT/gpu_evolved_best.py" data/gemm_tiling_gpu/programs/gpu_evolved_best.py
       fi
       ;;
   esac

@@ -26,7 +26,7 @@
 #   (default 150), then `codevolve run --resume` of the paused job in a new process, stopped
 #   the same way; with RESUME=JOB, only the second part, on a job in $DB carried from an earlier
 #   machine. $OUT/pause.log has both parts' lines and the job's status after each.
-# evaluate: the initial program, bench/gpu_kernel_programs/*.txt and the evolved best (if any) on
+# evaluate: the initial program, data/gemm_kernel_gpu/*.txt and the evolved best (if any) on
 #   all 88 shapes, 30 samples (bench/gpu_kernel.py evaluate). Measured programs are stored as
 #   .txt: they are data (the sources measured), not modules of this repository.
 set -u
@@ -107,10 +107,10 @@ for step in "$@"; do
       python3 -m codevolve.services.cli status --db "$DB" "$job" 2>&1 | tee -a "$OUT/pause.log"
       ;;
     evaluate)
-      # EVAL_PROGRAMS: the stored programs to measure (default: all of bench/gpu_kernel_programs);
+      # EVAL_PROGRAMS: the stored programs to measure (default: all of data/gemm_kernel_gpu);
       # EVAL_FLUSH=clean: the L2 left clean instead of dirty before each timed launch.
       programs=(src/codevolve/problems/gemm_kernel_gpu/initial_program.txt
-        ${EVAL_PROGRAMS:-bench/gpu_kernel_programs/*.txt})
+        ${EVAL_PROGRAMS:-data/gemm_kernel_gpu/*.txt})
       [ -s "$OUT/kernel_evolved_best.py" ] && programs+=("$OUT/kernel_evolved_best.py")
       [ -s "$OUT/tuned.txt" ] && programs+=("$OUT/tuned.txt")
       [ -s "$OUT/tuned_merged.txt" ] && programs+=("$OUT/tuned_merged.txt")

@@ -28,14 +28,16 @@
         sweeps alone) against the best launch the held-out sweep measured there: how much of the
         test split's gap to cuBLAS is the choice, and how much the kernels.
 
-Selection sees the 44 train and 96 validation shapes; the 44 test shapes are measured first by
-``bench/gpu_kernel.py evaluate``, and by a held-out sweep that nothing chooses from.
+A sweep report may be xz-compressed (``sweep.json.xz``, as data/gemm_kernel_gpu/sweeps/ keeps
+them). Selection sees the 44 train and 96 validation shapes; the 44 test shapes are measured
+first by ``bench/gpu_kernel.py evaluate``, and by a held-out sweep that nothing chooses from.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import math
 import multiprocessing
 import statistics
@@ -372,6 +374,16 @@ def shape_ratios(results: dict[str, Any]) -> tuple[float, dict[str, float]]:
     return cublas, {label: cublas / v["t_us"] for label, v in timed.items()}
 
 
+def read_report(path: str) -> dict[str, Any]:
+    """A sweep report as ``sweep`` wrote it, or xz-compressed (``.xz``, as data/ stores them)."""
+    if path.endswith(".xz"):
+        with lzma.open(path, "rt") as compressed:
+            report: dict[str, Any] = json.load(compressed)
+            return report
+    loaded: dict[str, Any] = json.loads(Path(path).read_text())
+    return loaded
+
+
 # The key a held-out sweep's report carries: read by ``selection`` alone, refused by read_sweeps.
 HELDOUT = "heldout"
 
@@ -382,7 +394,7 @@ def read_sweeps(paths: list[str], fresh: tuple[str, ...] = ()) -> dict[str, Any]
     (repeated sweeps average out their noise; launches only a later sweep has are kept, and
     shapes only some sweeps have: a sweep of a few shapes, ``--only``, adds to the others). The
     variants named in ``fresh`` (changed since the earlier sweeps) count from the last one only."""
-    reports = [json.loads(Path(path).read_text()) for path in paths]
+    reports = [read_report(path) for path in paths]
     for path, report in zip(paths, reports, strict=True):
         if report.get(HELDOUT):
             raise SystemExit(
@@ -816,7 +828,7 @@ def selection_losses(
 
 def selection(args: argparse.Namespace) -> None:
     report = read_sweeps(args.sweep, tuple(args.fresh))
-    heldout = json.loads(Path(args.heldout).read_text())
+    heldout = read_report(args.heldout)
     if not heldout.get(HELDOUT):
         raise SystemExit(f"{args.heldout} is not a held-out sweep (sweep --heldout writes one)")
     rows = selection_losses(report, heldout)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import hashlib
 import itertools
@@ -47,7 +48,7 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,7 +56,6 @@ from typing import Any
 
 import asyncpg
 import numpy as np
-from scratch import Scratch, scratch_database
 from sqlalchemy.engine import make_url
 
 from codevolve.core.config import RunConfig
@@ -98,6 +98,33 @@ _TRACE_RUNS = itertools.count(1)
 PROFILE_FOLDER: Path | None = None  # --profile: where each controller run's pstats file goes
 PROPOSAL_PROCESSES = 0  # the controller's proposal processes in the run going on
 _PROFILE_RUNS = itertools.count(1)  # numbers the files: two runs may have the same slot count
+
+
+@dataclass(frozen=True, slots=True)
+class Scratch:
+    """A Postgres database of this bench's own (db_batches.py borrows it too)."""
+
+    name: str  # the database's name
+    url: str  # its SQLAlchemy URL (postgresql+asyncpg)
+    admin: asyncpg.Connection  # a connection to the server's own database, e.g. for statistics
+
+
+@contextlib.asynccontextmanager
+async def scratch_database(pg: str) -> AsyncIterator[Scratch]:
+    """A new database on the server of ``pg`` (a libpq or SQLAlchemy URL of any database there),
+    dropped on exit."""
+    admin_url = make_url(pg).set(drivername="postgresql").render_as_string(hide_password=False)
+    name = f"cv_bench_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(admin_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        url = make_url(pg).set(drivername="postgresql+asyncpg", database=name)
+        try:
+            yield Scratch(name=name, url=url.render_as_string(hide_password=False), admin=admin)
+        finally:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
 
 
 def _write_profile(profiler: cProfile.Profile, config: RunConfig) -> None:

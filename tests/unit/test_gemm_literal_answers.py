@@ -12,7 +12,9 @@ from codevolve.problems.gemm_tiling.problem import GemmTilingProblem
 INITIAL = GemmTilingProblem().initial_program
 PRODUCT = " * ".join(["M"] * 34)  # up to 2**1054 for M below 2**31: past a float
 FIRST_BRANCH = "    if M <= 32:\n"
-KNOWN_GOOD = sorted((Path(__file__).parents[2] / "bench" / "gpu_programs").glob("*.py"))
+KNOWN_GOOD = sorted(
+    (Path(__file__).parents[2] / "data" / "gemm_tiling_gpu" / "programs").glob("*.py")
+)
 
 
 def _with_branch(branch: str) -> str:

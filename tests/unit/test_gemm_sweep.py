@@ -33,7 +33,9 @@ from tests.unit.test_gemm_problem import FIRST_BRANCH, INITIAL, InProcessCandida
 KNOWN_N = "(6144, 4096, 28672, 1280, 7168, 8192)"  # every projection's N
 BAD = "GemmConfig(256, 256, 128, 4, 5, 8)"  # needs 552 registers a thread
 CANNOT_LAUNCH = f"returned {BAD}, which cannot launch: needs 552 registers per thread (max 255)"
-KNOWN_GOOD = sorted((Path(__file__).parents[2] / "bench" / "gpu_programs").glob("*.py"))
+KNOWN_GOOD = sorted(
+    (Path(__file__).parents[2] / "data" / "gemm_tiling_gpu" / "programs").glob("*.py")
+)
 
 
 def _with_branch(branch: str) -> str:

@@ -5,7 +5,7 @@ Task: ``matmul(x, w, y, workspace, num_sms)`` writes ``y = x @ w.T`` for bf16 x 
 program holds its Triton kernels, their launch logic (grid, tile configs, split or persistent
 scheduling) and a dispatch by shape; the initial program is gemm-tiling-gpu's kernel (tiled,
 pointer loads, one program per tile) with that problem's best config rule
-(bench/gpu_programs/gpu_evolved_best.py).
+(data/gemm_tiling_gpu/programs/gpu_evolved_best.py).
 
 Metric: geomean over the 44 train and 96 validation shapes (gemm-tiling's shapes and split) of
 t_cuBLAS / t_program, each measured with cold L2, alternating with cuBLAS, on fresh inputs whose
