@@ -15,10 +15,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 from codevolve.core.errors import CodevolveError
 from codevolve.core.program import EMPTY, Evaluation
+from codevolve.core.remeasure import Remeasure as Remeasure
+from codevolve.core.remeasure import Spread as Spread
+from codevolve.core.remeasure import SpreadOver as SpreadOver
+from codevolve.core.remeasure import Verdict as Verdict
 
 SUSPICIOUS_OVER_BEST_KNOWN = 10.0  # a speedup this many times the best known one is suspicious
 ROOFLINE_SLACK = 1.05  # timing noise tolerated above the roofline bound before flagging
@@ -41,24 +44,6 @@ DEFAULT_POLICY = RemeasurePolicy()
 
 
 @dataclass(frozen=True, slots=True)
-class Spread:
-    """A geometric mean of ratios (speedups) and how they are distributed around it."""
-
-    geomean: float
-    gsd: float  # geometric standard deviation, >= 1 (1: all equal)
-    low: float  # the smallest
-    median: float
-    high: float  # the largest
-    count: int
-
-    def __str__(self) -> str:
-        return (
-            f"{self.geomean:.3f}x (x/÷ {self.gsd:.2f}; min {self.low:.3f}, median "
-            f"{self.median:.3f}, max {self.high:.3f}; n={self.count})"
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class Confirmation:
     """A winner's figure from the pick and from independent samples; report ``confirmed``."""
 
@@ -66,29 +51,6 @@ class Confirmation:
     confirmed: float  # geometric mean of independent samples taken afterwards
     shrink: float  # 1 - confirmed / picked; positive: the pick was lucky
     note: str | None  # why the confirmation should be looked at, or None
-
-
-class Verdict(StrEnum):
-    CONFIRMED = "confirmed"  # every independent sample passed: report ``Remeasure.confirmed``
-    REFUTED = "refuted"  # a sample failed or was rejected: it passed only on lucky inputs
-
-
-class SpreadOver(StrEnum):
-    CASES = "cases"  # per-case speedups over the initial program, costs averaged over samples
-    SAMPLES = "samples"  # the independent samples' scores (a problem without cases)
-
-
-@dataclass(frozen=True, slots=True)
-class Remeasure:
-    """What re-measuring a would-be best on independent samples concluded."""
-
-    verdict: Verdict
-    picked: float  # the score it was picked on
-    samples: tuple[float, ...]  # the scores of the independent samples that passed
-    confirmed: float | None  # the figure to report; None when refuted
-    note: str | None  # the winner's-curse note, or why it was refuted
-    spread: Spread | None = None  # how the confirmed figure is distributed
-    spread_over: SpreadOver | None = None
 
 
 def spread(ratios: Sequence[float]) -> Spread:

@@ -7,10 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
 
-if TYPE_CHECKING:  # measurement imports this module for Evaluation
-    from codevolve.core.measurement import Remeasure
+from codevolve.core.remeasure import Remeasure
 
 ProgramId: TypeAlias = str  # uuid4 hex
 JobId: TypeAlias = str  # uuid4 hex

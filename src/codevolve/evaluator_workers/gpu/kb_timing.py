@@ -35,9 +35,9 @@ from __future__ import annotations
 import functools
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -51,8 +51,10 @@ from codevolve.evaluator_workers.gpu.kb_inputs import (
     judge_random,
     refill,
 )
-from codevolve.evaluator_workers.gpu.kb_judge import Remote, Session, start_remote
+from codevolve.evaluator_workers.gpu.kb_loader import ReferenceProgram
+from codevolve.evaluator_workers.gpu.kb_remote import REQUEST_TIMEOUT_S, Remote, start_remote
 from codevolve.evaluator_workers.gpu.kb_watch import POISON_BYTE, CandidateProblem, copies
+from codevolve.evaluator_workers.gpu.runner_link import RunnerGone, RunnerPool
 from codevolve.evaluator_workers.gpu.shared_tensors import Arena
 
 FLUSH_MIN_BYTES = 256 << 20  # the L2 flush writes at least this much, and twice the L2
@@ -75,6 +77,28 @@ class Timing:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class Session(Protocol):
+    """What the timed batches need of a judging (kb_judge.Session)."""
+
+    reference: ReferenceProgram
+    reference_source: str
+    ref_model: torch.nn.Module
+    settings: Any  # kb_judge.JudgeSettings
+    device: str
+    seed: int
+    salt: int
+    batch: int
+    runners: RunnerPool
+    arena: Arena | None
+    remote: Remote | None
+
+    def reference_call(self, what: str, function: Callable[..., Any], args: Sequence[Any]) -> Any:
+        """The reference's call; ReferenceFailure if it raises."""
+
+    def checked_round(self, inputs: list[Any], distribution: str) -> str:
+        """A checked call of the candidate on ``inputs`` (its verdict, "" if right)."""
 
 
 @functools.cache
@@ -157,9 +181,6 @@ class _Batches:
 
 
 def _answer(remote: Remote) -> dict[str, Any]:
-    from codevolve.evaluator_workers.gpu.kb_judge import REQUEST_TIMEOUT_S
-    from codevolve.evaluator_workers.gpu.runner_link import RunnerGone
-
     try:
         reply = remote.runner.receive(REQUEST_TIMEOUT_S)
     except RunnerGone as exc:

@@ -15,9 +15,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from codevolve.problems.kernelbench.format import KernelProblemError, read_problem
-from codevolve.problems.openevolve.bundle import KERNEL_SPEC
 
-SPEC_FILE = KERNEL_SPEC  # the bundle layout names it (problems/openevolve/bundle.py)
+SPEC_FILE = "kernelbench.json"  # a kernel bundle's settings (problems/openevolve/bundle.py)
 REFERENCE_FILE = "reference.py"
 INITIAL_FILE = "initial_program.py"
 DISTRIBUTIONS = ("kernelbench", "signed", "wide")

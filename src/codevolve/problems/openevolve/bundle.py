@@ -29,13 +29,14 @@ from types import MappingProxyType
 
 from codevolve.core.errors import ConfigError
 from codevolve.core.pysource import parse_python
+from codevolve.problems.kernelbench.spec import SPEC_FILE, make_spec, spec_of_files
 from codevolve.problems.openevolve.api_keys import literal_keys, without_keys
 
 EVALUATOR = "evaluator.py"
 CONFIG = "config.yaml"
 # A KernelBench problem's bundle holds this instead of an evaluator: its judge is trusted code of
 # the workers, and the bundle carries the user's reference and settings (problems/kernelbench/).
-KERNEL_SPEC = "kernelbench.json"
+KERNEL_SPEC = SPEC_FILE  # a KernelBench problem's settings: the file marks a kernel bundle
 INITIAL_STEM = "initial_program"
 MAX_FILES = 256
 # bytes, one file; the sandbox lets a call write files this large (evaluator_workers/_cage.py
@@ -227,8 +228,6 @@ def _initial_path(files: Mapping[str, bytes]) -> str:
 def _check_kernel_bundle(files: Mapping[str, bytes]) -> None:
     """A KernelBench bundle (an upload may carry anything): its settings read, its reference is
     in the format and keeps the rules, and its initial program is the one built from it."""
-    from codevolve.problems.kernelbench.spec import make_spec, spec_of_files
-
     try:
         spec = spec_of_files(files)
         rebuilt = make_spec(spec.reference, name=spec.name, settings=spec.settings)

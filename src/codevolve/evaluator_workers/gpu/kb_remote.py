@@ -1,0 +1,185 @@
+"""The judge's handle on one program in one runner: starting it, asking it, staging values in
+its arena and reading its outputs back from memory (trusted code of the judge).
+
+A :class:`Remote` never believes what the runner says about values: tensors it names are read
+from the arena's slots or, on CUDA, from the runner's own memory mapped by IPC handle, and every
+description is bounds-checked before it is mapped (shared_tensors.py).
+
+Imported only in the device process and in tests (needs torch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from codevolve.evaluator_workers.gpu.kb_watch import POISON_BYTE, CandidateProblem
+from codevolve.evaluator_workers.gpu.runner_link import Runner, RunnerGone, RunnerPool
+from codevolve.evaluator_workers.gpu.shared_tensors import (
+    DTYPES,
+    Arena,
+    CudaImports,
+    SharingError,
+    decode,
+    encode,
+    tensors_in,
+)
+
+REQUEST_TIMEOUT_S = 300.0  # one request to a runner: a first call may compile its kernels
+
+
+class LoadFailed(Exception):
+    """The candidate did not load (its load_error)."""
+
+
+class CageBroke(Exception):
+    """A runner's device stopped working inside its cage (before any program loaded)."""
+
+    def __init__(self, why: str, layers: list[str]) -> None:
+        super().__init__(why)
+        self.layers = layers
+
+
+class Remote:
+    """One program in one runner, fed through one arena: the judge's handle on it."""
+
+    def __init__(self, runner: Runner, arena: Arena, device: str, *, who: str) -> None:
+        self.runner = runner
+        self.arena = arena
+        self.device = device
+        self.who = who  # "ModelNew" or "Model": named in problems
+        self.imports = CudaImports() if device == "cuda" else None
+        self.layers: dict[str, bool] = {}
+
+    def start(self, source: str, *, trusted: bool) -> None:
+        fds = [] if self.arena.fd is None else [self.arena.fd]
+        cache = self.runner.kernel_cache(source)
+        message = {"op": "attach", "arena": self.arena.handle.as_json(), "cache": cache}
+        reply = self.ask(message, fds=fds)
+        if "cage_broke_device" in reply:
+            raise CageBroke(str(reply["cage_broke_device"]), [str(x) for x in reply["layers"]])
+        layers = reply.get("layers", {})
+        self.layers = (
+            {str(k): bool(v) for k, v in layers.items()} if isinstance(layers, dict) else {}
+        )
+        reply = self.ask({"op": "load", "source": source, "trusted": trusted})
+        if "load_error" in reply:
+            raise LoadFailed(str(reply["load_error"])[:2000])
+
+    def construct(self, seed: int, init: list[Any]) -> None:
+        self.arena.reset()
+        self.ask({"op": "construct", "seed": seed, "init": self.stage(init)[0]})
+
+    def ask(self, message: dict[str, Any], *, fds: Sequence[int] = ()) -> dict[str, Any]:
+        """A request; a problem the program caused becomes :class:`CandidateProblem`."""
+        try:
+            reply = self.runner.request(message, timeout_s=REQUEST_TIMEOUT_S, fds=fds)
+        except RunnerGone as exc:
+            raise CandidateProblem(f"the {self.who} process failed: {exc}") from None
+        if "problem" in reply:
+            raise CandidateProblem(str(reply["problem"])[:2000])
+        return reply
+
+    def stage(self, values: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """Copy ``values`` into the arena: their descriptions, and the staged values."""
+        staged: list[Any] = []
+
+        def place(tensor: torch.Tensor) -> dict[str, Any]:
+            slot, spec = self.arena.place(tensor)
+            slot.copy_(tensor)
+            staged.append(slot)
+            return spec
+
+        encoded = [encode(value, place) for value in values]
+        resolved = iter(staged)
+        return encoded, [_rebuild(value, resolved) for value in values]
+
+    def slots(self, expected: Any) -> tuple[list[dict[str, Any]], list[torch.Tensor]]:
+        """On the CPU, poisoned arena slots for the output's tensors (the runner copies its
+        outputs there); on CUDA none (the judge maps the runner's own outputs)."""
+        if self.device == "cuda":
+            return [], []
+        specs, tensors = [], []
+        for tensor in tensors_in(expected):
+            slot, spec = self.arena.place(tensor)
+            slot.view(torch.uint8).fill_(POISON_BYTE) if slot.numel() else None
+            specs.append(spec)
+            tensors.append(slot)
+        return specs, tensors
+
+    def output(self, data: Any, slots: list[torch.Tensor]) -> Any:
+        """The output a runner described: its tensors read from the arena's slots or, on CUDA,
+        from the runner's memory. A tensor it could not deliver is an empty tensor on the
+        ``meta`` device with the shape and dtype it reported (compare names the mismatch)."""
+
+        def tensor(spec: dict[str, Any]) -> torch.Tensor:
+            if spec.get("type") not in ("Tensor", "Parameter"):
+                raise CandidateProblem(
+                    f"{self.who} returned a {str(spec.get('type'))[:60]}, not a tensor"
+                )
+            if spec.get("device") != self.device:
+                raise Misplaced(str(spec.get("device"))[:20])
+            if "ipc" in spec and self.imports is not None:
+                return self.imports.tensor(spec).clone()
+            index = spec.get("slot")
+            if type(index) is int and 0 <= index < len(slots):
+                return slots[index]
+            return _meta(spec)
+
+        try:
+            return decode(data, tensor)
+        except SharingError as exc:
+            raise CandidateProblem(f"{self.who}'s output: {exc}") from None
+
+    def close(self, *, arena: bool = False) -> None:
+        """End the runner (and close the arena too, where this remote owns it)."""
+        if self.imports is not None:
+            self.imports.close()
+        self.runner.end()
+        if arena:
+            self.arena.close()
+
+
+def start_remote(runners: RunnerPool, arena: Arena, source: str, *, trusted: bool) -> Remote:
+    """A runner with ``source`` loaded. A runner whose device broke inside its cage (a kernel
+    whose Landlock version filters device ioctls, say) is ended, and the pool drops the layers
+    that machine cannot hold, one at a time, before the program is given to another."""
+    while True:
+        remote = Remote(
+            runners.take(), arena, runners.settings.device, who="Model" if trusted else "ModelNew"
+        )
+        try:
+            remote.start(source, trusted=trusted)
+            return remote
+        except CageBroke as exc:
+            remote.close()
+            if not runners.drop_layer(exc.layers, str(exc)):
+                raise CandidateProblem(
+                    f"no runner could use the device in its cage: {exc}"
+                ) from None
+        except BaseException:
+            remote.close()
+            raise
+
+
+class Misplaced(Exception):
+    """An output on another device than the judge's."""
+
+
+def _meta(spec: dict[str, Any]) -> torch.Tensor:
+    shape, dtype = spec.get("shape"), DTYPES.get(str(spec.get("dtype")))
+    if not isinstance(shape, list) or dtype is None or not all(type(n) is int for n in shape):
+        raise SharingError("an output description without a usable shape or dtype")
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _rebuild(value: Any, staged: Any) -> Any:
+    """``value`` with each tensor replaced by the next staged one."""
+    if isinstance(value, torch.Tensor):
+        return next(staged)
+    if isinstance(value, list | tuple):
+        items = [_rebuild(v, staged) for v in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    return value
