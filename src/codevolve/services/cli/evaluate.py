@@ -84,7 +84,7 @@ def problem_config(args: argparse.Namespace) -> tuple[RunConfig, tuple[str, ...]
     to one evaluation: files left out of a folder's bundle (the evaluator may need one), not
     the config's keys of a run."""
     given = [
-        flag
+        (flag, value)
         for flag, value in zip(
             SOURCES, (args.problem, args.problem_dir, args.kernel_problem), strict=True
         )
@@ -96,13 +96,14 @@ def problem_config(args: argparse.Namespace) -> tuple[RunConfig, tuple[str, ...]
             "or --kernel-problem PATH.py"
         )
     if len(given) > 1:
-        raise ConfigError(f"evaluate: give one of {', '.join(SOURCES)}, not {' and '.join(given)}")
+        flags = " and ".join(flag for flag, _ in given)
+        raise ConfigError(f"evaluate: give one of {', '.join(SOURCES)}, not {flags}")
     if args.config is not None and args.problem_dir is None:
         raise ConfigError(
             "evaluate: --config goes with --problem-dir; drop it or add --problem-dir"
         )
     if args.shapes is not None and args.problem not in GEMM_PROBLEMS:
-        named = args.problem or given[0]
+        named = args.problem or " ".join(str(part) for part in given[0])
         raise ConfigError(f"--shapes applies to {', '.join(GEMM_PROBLEMS)} only, not {named}")
     if args.problem_dir is not None:
         folder = problem_dir.run_config_from_args(args)
