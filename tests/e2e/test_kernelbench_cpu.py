@@ -111,3 +111,57 @@ def test_a_set_reports_fast_p_and_a_second_run_reuses_its_jobs(tmp_path: Path) -
     smaller = (*command[:at], "2", *command[at + 1 :])
     assert codevolve(*smaller, "--report-only", timeout=300).returncode == 0
     assert json.loads(report.read_text())["rows"] == []
+
+
+SORT = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """Sorts each row: the simulated proposer finds nothing faster."""
+
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        return torch.sort(x, dim=1).values
+
+def get_inputs():
+    return [torch.rand(64, 512)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_best_that_is_the_initial_program_shows_one_figure_everywhere(tmp_path: Path) -> None:
+    problem = tmp_path / "99_sort.py"
+    problem.write_text(SORT)
+    db = tmp_path / "kb.sqlite"
+    report = tmp_path / "report.json"
+    # Seed 2's two children sort along the wrong dimension: the initial program stays the best.
+    outcome = codevolve(
+        "run", "--kernel-problem", str(problem), "--proposals", "2", "--seed", "2", "--quiet",
+        "--db", str(db), "--report", str(report), *JUDGE, timeout=600,
+    )  # fmt: skip
+    assert outcome.returncode == 0, outcome.stderr
+    figures = json.loads(report.read_text())
+    assert figures["label"] == "99_sort.py"
+    assert figures["best_program_id"] == figures["initial_program_id"], figures
+    # The initial program is re-measured like any would-be best, and it is the same figure.
+    assert figures["initial_verdict"] == "confirmed"
+    assert figures["initial_score"] == figures["best_score"] is not None
+    assert figures["initial_picked_score"] == figures["best_picked_score"]
+    confirmed, picked = figures["best_score"], figures["best_picked_score"]
+    assert (
+        f"score (confirmed on 5 fresh samples): initial {confirmed:.3f}, best {confirmed:.3f}; "
+        f"as picked: initial {picked:.3f}, best {picked:.3f}"
+    ) in " ".join(outcome.stdout.split())
+
+    status = codevolve("status", figures["job_id"], "--db", str(db))
+    assert f"best: {confirmed:.4f} confirmed on 5 fresh samples; {picked:.4f} as evaluated" in (
+        " ".join(status.stdout.split())
+    )
+    shown = codevolve("show", figures["best_program_id"], "--db", str(db), "--json")
+    summary = json.loads(shown.stdout)
+    assert summary["remeasure"]["confirmed"] == confirmed
+    assert summary["score"] == picked

@@ -12,7 +12,6 @@ import asyncio
 import json
 import logging
 import sys
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,16 +21,15 @@ from rich.table import Table
 from codevolve.core.errors import CodevolveError
 from codevolve.program_db.errors import UnknownJobError, UnknownProgramError
 from codevolve.services.cli import dist as cli_dist
+from codevolve.services.cli import evaluate as cli_evaluate
 from codevolve.services.cli import export as cli_export
 from codevolve.services.cli import kernelbench as cli_kernelbench
 from codevolve.services.cli import llm as cli_llm
 from codevolve.services.cli import run as cli_run
 from codevolve.services.cli import tokens as cli_token
 from codevolve.services.cli.options import (
-    EXIT_FAILED,
     EXIT_USAGE,
     Parser,
-    check_problem,
     config_error,
     db_option,
 )
@@ -45,6 +43,7 @@ examples:
   codevolve run gemm-tiling --proposals 1000 --seed 0 --report out.json
   codevolve run --resume JOB
   codevolve evaluate --problem gemm-tiling --program my_program.py
+  codevolve evaluate --problem-dir my_problem [--program candidate.py]
   codevolve status JOB        codevolve best JOB        codevolve show PROGRAM
   codevolve serve             codevolve submit gemm-tiling     codevolve worker
 
@@ -106,12 +105,7 @@ def _parser() -> argparse.ArgumentParser:
 
     cli_run.register(sub)
 
-    evaluate = sub.add_parser("evaluate", help="score one program file")
-    evaluate.add_argument("--problem", required=True, help="problem name, e.g. gemm-tiling")
-    evaluate.add_argument("--program", type=Path, required=True, help="the program file")
-    evaluate.add_argument("--shapes", type=Path, help="gemm: JSON file, a list of [M, N, K]")
-    evaluate.add_argument("--json", action="store_true", help="print the full record as JSON")
-    evaluate.set_defaults(handler=_cmd_evaluate, db=None)
+    cli_evaluate.register(sub)
 
     best = sub.add_parser("best", help="print the best program's source of a job")
     best.add_argument("job")
@@ -144,20 +138,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # ------------------------------------------------------------------ commands
-
-
-def _cmd_evaluate(args: argparse.Namespace) -> int:
-    """Exit 0 when the program passes the cascade, EXIT_FAILED when it fails or is rejected."""
-    from codevolve.services.cli.evaluate import evaluate_file
-    from codevolve.services.cli.summaries import print_evaluation
-
-    check_problem(args.problem)
-    result = evaluate_file(problem=args.problem, program=args.program, shapes=args.shapes)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print_evaluation(Console(highlight=False, soft_wrap=True), result)
-    return 0 if result["status"] == "evaluated" else EXIT_FAILED
 
 
 def _cmd_best(args: argparse.Namespace) -> int:

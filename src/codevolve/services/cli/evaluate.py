@@ -1,63 +1,167 @@
-"""``codevolve evaluate``: run one program file through its problem's cascade, here.
+"""``codevolve evaluate``: run one program through its problem's cascade, here.
 
-The program runs in the same sandbox the workers use; nothing is written to a database.
+The problem is named as ``codevolve run`` names it: a built-in name (``--problem``), a folder
+in the OpenEvolve layout (``--problem-dir DIR [--config FILE]``) or a KernelBench file
+(``--kernel-problem FILE``); it is built by the same functions as a run's and looked up the way
+the run's workers look it up. The program (by default the problem's initial program) runs in the
+sandbox the workers use, and a device stage in a device process as ``run --gpus`` opens it;
+nothing is written to a database.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from codevolve.core.codec import stage_to_dict
-from codevolve.core.config import SandboxLimits
+from codevolve.core.config import RunConfig
+from codevolve.core.device import GPU, needed_capabilities
 from codevolve.core.errors import ConfigError
+from codevolve.core.problem import Problem
+from codevolve.core.program import ProgramStatus
 from codevolve.core.task import Task
 from codevolve.evaluator_workers.cascade import SandboxedCandidate, run_cascade
+from codevolve.evaluator_workers.gpu.pinning import open_devices
 from codevolve.evaluator_workers.sandbox import SandboxPool
 from codevolve.problems.gemm_tiling import report as gemm_report
 from codevolve.problems.gemm_tiling.errors import GemmTilingError
 from codevolve.problems.gemm_tiling.shapes import GemmShape
-from codevolve.problems.registry import get_problem
+from codevolve.services.cli import kernel_problem, problem_dir
+from codevolve.services.cli.options import EXIT_FAILED, check_problem
+from codevolve.services.cli.summaries import print_evaluation
+from codevolve.services.runtime.embedded import problem_gpus
+from codevolve.services.runtime.problems import cached_problem
 
 GEMM_PROBLEMS = ("gemm-tiling",)
+INITIAL = "the initial program"  # what the record names when --program is not given
+SOURCES = ("--problem", "--problem-dir", "--kernel-problem")
 
 
-def evaluate_file(
-    *, problem: str, program: Path, shapes: Path | None = None, seed: int = 0
-) -> dict[str, Any]:
-    """The cascade's verdict on ``program``; for gemm a per-shape table too (default: the 88).
+def register(sub: Any) -> None:
+    evaluate = sub.add_parser(
+        "evaluate",
+        help="score one program file (default: the problem's initial program)",
+        description="Run one program through the problem's cascade here and print each stage's "
+        "verdict and metrics; exit 1 when it fails. Name the problem as `codevolve run` does.",
+    )
+    evaluate.add_argument("--problem", help="a built-in problem's name, e.g. gemm-tiling")
+    problem_dir.add_run_arguments(evaluate)
+    kernel_problem.add_run_arguments(evaluate)
+    evaluate.add_argument(
+        "--program", type=Path, help="the program file (default: the problem's initial program)"
+    )
+    evaluate.add_argument("--seed", type=int, default=None, help="seed of the inputs drawn (0)")
+    evaluate.add_argument(
+        "--gpus", default=None, help="device stages: an id, or cpu (default: one GPU), as in run"
+    )
+    evaluate.add_argument("--shapes", type=Path, help="gemm: JSON file, a list of [M, N, K]")
+    evaluate.add_argument("--json", action="store_true", help="print the full record as JSON")
+    # The job config is built by run's own functions; the proposer is not used here.
+    evaluate.set_defaults(handler=_cmd_evaluate, db=None, proposer=None, model=[], max_cost=None)
 
-    ``shapes`` is a JSON file of ``[M, N, K]`` lists. Inputs that cannot be used raise
-    ConfigError naming the option; a program that fails is a verdict (``status``), not an error."""
-    source = _read_program(program)
-    spec = get_problem(problem)
-    if shapes is not None and problem not in GEMM_PROBLEMS:
-        raise ConfigError(f"--shapes applies to {', '.join(GEMM_PROBLEMS)} only, not {problem}")
-    parsed = read_shapes(shapes) if shapes is not None else None
-    limits = SandboxLimits()
-    with SandboxPool(size=1) as pool:
-        task = Task(
-            program_id="file", job_id="-", problem=problem, source=source, seed=seed, limits=limits
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    """Exit 0 when the program passes the cascade, EXIT_FAILED when it fails or is rejected."""
+    config, warnings = problem_config(args)
+    console = Console(stderr=True)
+    for warning in warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+    result = evaluate_program(config, program=args.program, shapes=args.shapes, gpus=args.gpus)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_evaluation(Console(highlight=False, soft_wrap=True), result)
+    return 0 if result["status"] == ProgramStatus.EVALUATED.value else EXIT_FAILED
+
+
+def problem_config(args: argparse.Namespace) -> tuple[RunConfig, tuple[str, ...]]:
+    """The job config ``run`` would build from the same options, and the warnings that matter
+    to one evaluation: files left out of a folder's bundle (the evaluator may need one), not
+    the config's keys of a run."""
+    given = [
+        (flag, value)
+        for flag, value in zip(
+            SOURCES, (args.problem, args.problem_dir, args.kernel_problem), strict=True
         )
-        evaluation = run_cascade(spec, task, pool, worker="cli")
+        if value is not None
+    ]
+    if not given:
+        raise ConfigError(
+            "evaluate: name the problem: --problem NAME (e.g. gemm-tiling), --problem-dir PATH "
+            "or --kernel-problem PATH.py"
+        )
+    if len(given) > 1:
+        flags = " and ".join(flag for flag, _ in given)
+        raise ConfigError(f"evaluate: give one of {', '.join(SOURCES)}, not {flags}")
+    if args.config is not None and args.problem_dir is None:
+        raise ConfigError(
+            "evaluate: --config goes with --problem-dir; drop it or add --problem-dir"
+        )
+    if args.shapes is not None and args.problem not in GEMM_PROBLEMS:
+        named = args.problem or " ".join(str(part) for part in given[0])
+        raise ConfigError(f"--shapes applies to {', '.join(GEMM_PROBLEMS)} only, not {named}")
+    if args.problem_dir is not None:
+        folder = problem_dir.run_config_from_args(args)
+        return folder.config, () if folder.left_out is None else (folder.left_out,)
+    if args.kernel_problem is not None:
+        return kernel_problem.run_config_from_args(args), ()
+    check_problem(args.problem)
+    return RunConfig(problem=args.problem, seed=args.seed or 0), ()
+
+
+def evaluate_program(
+    config: RunConfig, *, program: Path | None, shapes: Path | None = None, gpus: str | None = None
+) -> dict[str, Any]:
+    """The cascade's verdict on ``program`` (None: the problem's initial program, judged as a
+    run judges it: a threshold only stops its cascade); for gemm a per-shape table too.
+
+    Inputs that cannot be used raise ConfigError naming the option; a program that fails is a
+    verdict (``status``), not an error."""
+    problem = cached_problem(config.problem)  # the lookup every worker of a run makes
+    source = problem.initial_program if program is None else _read_program(program)
+    parsed = read_shapes(shapes) if shapes is not None else None
+    gpu_ids = problem_gpus(problem, gpus) if _needs_device(problem) else []
+    with SandboxPool(size=1) as pool, contextlib.ExitStack() as held:
+        devices = [held.enter_context(device) for device in open_devices(gpu_ids)]
+        task = Task(
+            program_id="file",
+            job_id="-",
+            problem=config.problem,
+            source=source,
+            seed=config.seed,
+            limits=config.sandbox,
+            initial=program is None,
+        )
+        evaluation = run_cascade(
+            problem, task, pool, worker="cli", device=devices[0] if devices else None
+        )
         result: dict[str, Any] = {
-            "problem": problem,
-            "program": str(program),
+            "problem": config.label or config.problem,
+            "program": INITIAL if program is None else str(program),
             "status": evaluation.status.value,
             "score": evaluation.score,
             "error": evaluation.error,
             "stages": [stage_to_dict(s) for s in evaluation.stages],
         }
-        if problem in GEMM_PROBLEMS:
-            candidate = SandboxedCandidate(source, limits=limits, pool=pool)
+        if config.problem in GEMM_PROBLEMS:
+            candidate = SandboxedCandidate(source, limits=config.sandbox, pool=pool)
             result.update(gemm_report.shape_report(candidate, parsed))
     return result
 
 
+def _needs_device(problem: Problem) -> bool:
+    return GPU in needed_capabilities(problem.stages)
+
+
 def _read_program(program: Path) -> str:
     if not program.is_file():
-        raise ConfigError(f"--program {program}: no such file")
+        kind = "a folder, not a file" if program.is_dir() else "no such file"
+        raise ConfigError(f"--program {program}: {kind}")
     try:
         return program.read_text()
     except UnicodeDecodeError:

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from codevolve.core.config import RunConfig
 from codevolve.core.errors import ConfigError
@@ -39,10 +39,19 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     )
 
 
-def run_config_from_args(args: argparse.Namespace) -> tuple[RunConfig, tuple[str, ...]]:
+class FolderConfig(NamedTuple):
+    config: RunConfig
+    warnings: tuple[str, ...]  # keys of the config file without effect here, one line each
+    left_out: str | None  # one line naming the files left out of the bundle, if any were
+
+    @property
+    def all_warnings(self) -> tuple[str, ...]:
+        return self.warnings if self.left_out is None else (*self.warnings, self.left_out)
+
+
+def run_config_from_args(args: argparse.Namespace) -> FolderConfig:
     """The job config of ``run --problem-dir``: only options given on the command line override
-    the folder's ``config.yaml``. The warnings end with one naming the files left out of the
-    bundle, if any were."""
+    the folder's ``config.yaml``; with the warnings a run prints when it starts."""
     if args.problem:
         raise ConfigError("run: give a problem name or --problem-dir, not both")
     # The config's errors and warnings name the file typed (--config other.yaml), not the
@@ -64,8 +73,7 @@ def run_config_from_args(args: argparse.Namespace) -> tuple[RunConfig, tuple[str
         except RunConfigRefused as exc:  # an option the user typed: named as they typed it
             raise config_error(exc) from exc
     warnings = tuple(f"{config_file}: {warning}" for warning in config_warnings)
-    left_out = selection.warning()
-    return config, warnings if left_out is None else (*warnings, left_out)
+    return FolderConfig(config, warnings, selection.warning())
 
 
 @contextmanager

@@ -98,9 +98,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.resume is not None:
         asyncio.run(_check_resume(args))
     elif args.problem_dir is not None:
-        config, warnings = problem_dir.run_config_from_args(args)
+        folder = problem_dir.run_config_from_args(args)
+        config = folder.config
         workers = args.workers or problem_dir.parallel_evaluations(config) or DEFAULT_WORKERS
-        for warning in warnings:
+        for warning in folder.all_warnings:
             # One line each, however narrow the terminal: a wrapped warning reads as several.
             console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
     elif args.kernel_problem is not None:

@@ -28,6 +28,11 @@ def print_evaluation(console: Console, result: dict[str, Any]) -> None:
         stage_score = "" if stage["score"] is None else f" {stage['score']:.4f}"
         reason = "" if stage["passed"] else f"  {_one_line(stage.get('error') or '')}"
         console.print(f"  stage {stage['stage']}: {verdict}{stage_score}{reason}", markup=False)
+        if stage["metrics"]:
+            console.print(f"    {_metrics_line(stage['metrics'])}", markup=False)
+        stopped = _threshold_note(stage.get("feedback") or "")
+        if stopped:
+            console.print(f"    {stopped}", markup=False)
     if result["status"] != "evaluated":
         console.print(f"reason: {failure_reason(result)}", markup=False)
     if "shapes" in result:
@@ -35,11 +40,25 @@ def print_evaluation(console: Console, result: dict[str, Any]) -> None:
     console.print("(--json prints the full record)", style="dim")
 
 
+def _metrics_line(metrics: dict[str, float]) -> str:
+    """``name value`` pairs of a stage's metrics, in the evaluator's order, on one line."""
+    return ", ".join(f"{name} {value:.4g}" for name, value in metrics.items())
+
+
+def _threshold_note(feedback: str) -> str:
+    """The cascade's note on a stage below its threshold ("stopped here: ..." or "rejected:
+    ..."), if the stage's feedback ends with one."""
+    lines = feedback.strip().splitlines()
+    last = lines[-1] if lines else ""
+    return last if last.startswith(("stopped here: ", "rejected: ")) else ""
+
+
 def failure_reason(result: dict[str, Any]) -> str:
-    """The first failed stage's error, else the evaluation's, as one line."""
+    """The first failed stage's error (or threshold), else the evaluation's, as one line."""
     for stage in result["stages"]:
-        if not stage["passed"] and stage.get("error"):
-            return f"stage {stage['stage']}: {_one_line(stage['error'])}"
+        why = stage.get("error") or _threshold_note(stage.get("feedback") or "")
+        if not stage["passed"] and why:
+            return f"stage {stage['stage']}: {_one_line(why)}"
     return _one_line(result.get("error") or result["status"])
 
 

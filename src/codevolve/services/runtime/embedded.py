@@ -206,18 +206,25 @@ async def _create_or_load(
         name = loaded.config.problem
     await prepare_problem(session, name)  # fail early; a bundle is stored (or read back)
     problem = cached_problem(name)
-    gpu_ids = embedded_gpus(problem.stages, gpus)
-    if not gpu_ids and GPU in needed_capabilities(problem.stages):
-        hint = " (--gpus cpu judges a KernelBench problem on the CPU)" if gpus is None else ""
-        label = getattr(problem, "title", name)  # a KernelBench file's name, not its bundle id
-        raise ConfigError(
-            f"{label}: its cascade needs a GPU and this run has none "
-            f"({'--gpus ' + gpus if gpus is not None else 'no GPU visible'}){hint}"
-        )
+    gpu_ids = problem_gpus(problem, gpus)
     if loaded is None:
         assert config is not None
         return await repository.create_job(session, config), problem, gpu_ids
     return loaded, problem, gpu_ids
+
+
+def problem_gpus(problem: Problem, gpus: str | None) -> list[str]:
+    """The GPUs (or ``cpu``) that judge ``problem`` here, as ``--gpus`` asks; ConfigError when
+    its cascade needs a GPU and none is given or visible."""
+    gpu_ids = embedded_gpus(problem.stages, gpus)
+    if not gpu_ids and GPU in needed_capabilities(problem.stages):
+        hint = " (--gpus cpu judges a KernelBench problem on the CPU)" if gpus is None else ""
+        label = getattr(problem, "title", problem.name)  # a KernelBench file's name, not its id
+        raise ConfigError(
+            f"{label}: its cascade needs a GPU and this run has none "
+            f"({'--gpus ' + gpus if gpus is not None else 'no GPU visible'}){hint}"
+        )
+    return gpu_ids
 
 
 async def _mark_paused(sessions: async_sessionmaker[AsyncSession], job_id: str, note: str) -> None:
