@@ -28,7 +28,7 @@ async def test_tasks_that_could_not_be_sent_are_not_in_flight(stored: Stored) ->
     flights = Flights(stored.job, _DownQueue(), stored.store)
     programs = [new_program(stored.job.id) for _ in range(2)]
     batch = [
-        InFlight(program, holds_slot=True, task=flights.task(program, parent_scores={}, seed=1))
+        InFlight(program, task=flights.task(program, parent_scores={}, seed=1))
         for program in programs
     ]
     with pytest.raises(ConnectionError):
@@ -46,15 +46,15 @@ async def test_stranded_pending_programs_are_sent_once_with_an_attempt_counted(
         await unit.insert_program(flying)
         await unit.insert_program(stranded)
     task = flights.task(flying, parent_scores={}, seed=1)
-    await flights.send(InFlight(flying, holds_slot=True, task=task))
+    await flights.send(InFlight(flying, task=task))
     assert await flights.resend_pending(stranded_only=True) == 1
     sent = [await queue.claim(0.1) for _ in range(2)]
     assert [t.program_id for t in sent if t] == [flying.id, stranded.id]
     resent = flights.get(stranded.id)
-    assert resent is not None and resent.program.attempts == 1 and not resent.holds_slot
+    assert resent is not None and resent.program.attempts == 1
     assert await flights.resend_pending() == 2  # after a lost queue: all of them
     kept = flights.get(flying.id)
-    assert kept is not None and kept.holds_slot  # the proposal slot stays with its program
+    assert kept is not None  # sent again, still in flight (a slot it holds stays: slots.py)
 
 
 async def test_a_hand_off_continues_the_task_and_a_late_one_is_dropped(stored: Stored) -> None:
@@ -62,7 +62,7 @@ async def test_a_hand_off_continues_the_task_and_a_late_one_is_dropped(stored: S
     flights = Flights(stored.job, queue, stored.store)
     program = new_program(stored.job.id)
     task = flights.task(program, parent_scores={"check": 1.0}, seed=7)
-    await flights.send(InFlight(program, holds_slot=True, task=task))
+    await flights.send(InFlight(program, task=task))
     await queue.claim(0.1)
     unfinished = dataclasses.replace(evaluation_of(program, 1.0), handoff="gpu")
     await flights.hand_on(unfinished)

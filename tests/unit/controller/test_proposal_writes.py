@@ -20,6 +20,7 @@ from codevolve.services.controller.proposal_writes import (
     Written,
     answered,
 )
+from codevolve.services.controller.slots import Slots
 from tests.integration.conftest import new_program
 from tests.unit.controller.conftest import Stored
 
@@ -89,7 +90,8 @@ async def test_proposals_settled_together_share_batches_and_duplicates_get_no_ta
     store = _CountingStore(stored.sessions, stored.job.id)
     store.batches = []
     queue = LocalQueue()
-    writes = ProposalWrites(store, Flights(stored.job, queue, store), known=KnownSources())
+    slots = Slots(4)
+    writes = ProposalWrites(store, Flights(stored.job, queue, store), slots, known=KnownSources())
     parent = new_program(stored.job.id)
     async with store.transaction() as unit:
         await unit.insert_program(parent)
@@ -97,10 +99,15 @@ async def test_proposals_settled_together_share_batches_and_duplicates_get_no_ta
     answers = [
         _answer(stored, index, _settled(source), parent) for index, source in enumerate(sources)
     ]
+    taken = [await slots.take() for _ in answers]
     written = await asyncio.gather(
-        *(writes.write(answer, parent_scores={}, seed=1) for answer in answers)
+        *(
+            writes.write(answer, parent_scores={}, seed=1, slot=slot)
+            for answer, slot in zip(answers, taken, strict=True)
+        )
     )
     assert written == [Written.CHILD, Written.CHILD, Written.DUPLICATE, Written.RECORDED]
+    assert slots.held == 2  # each enqueued child holds its proposal's slot
     assert store.batches == [1, 3]  # the first writes alone; the others joined its next batch
     assert queue.pending_tasks() == 2
     await store.close()

@@ -2,7 +2,7 @@
 
 A program's task is sent only after its row committed. A task that could not be sent is not in
 flight: the end of the run finds the program pending and sends it then. A program in flight may
-hold one of the run's proposal slots, released when its result lands.
+hold one of the run's proposal slots (slots.py), released when its result lands.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class InFlight:
     program: Program
-    holds_slot: bool  # a proposal slot is released when its result lands
     task: Task  # as enqueued; continued when a worker hands the program on
 
 
@@ -67,7 +66,7 @@ class Flights:
             initial=program.parent_id is None,
         )
 
-    async def resend(self, program: Program, *, holds_slot: bool = False) -> None:
+    async def resend(self, program: Program) -> None:
         """Send a program already in the database again (a resume, a lost queue): one more
         attempt counted, and its parent's stage scores for the parent-relative thresholds."""
         async with self._store.transaction() as unit:
@@ -76,7 +75,7 @@ class Flights:
         program = dataclasses.replace(program, attempts=attempts)
         parent_scores = dict(parent.stage_scores) if parent else {}
         task = self.task(program, parent_scores=parent_scores, seed=None)
-        await self.send(InFlight(program=program, holds_slot=holds_slot, task=task))
+        await self.send(InFlight(program=program, task=task))
 
     async def resend_pending(self, *, stranded_only: bool = False) -> int:
         """Send every pending program of the job again, keeping the slot a flight holds;
@@ -91,7 +90,7 @@ class Flights:
                 continue
             if stranded_only:
                 log.warning("job %s: program %s had no task; enqueued", self._job.id, program.id)
-            await self.resend(program, holds_slot=flight is not None and flight.holds_slot)
+            await self.resend(program)  # a slot it holds stays held (slots.py)
             sent += 1
         return sent
 

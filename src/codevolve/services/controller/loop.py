@@ -54,6 +54,7 @@ from codevolve.services.controller.proposal_writes import (
 )
 from codevolve.services.controller.remeasures import AT_ONCE, Remeasures
 from codevolve.services.controller.results import ResultApplier, ResultReads
+from codevolve.services.controller.slots import Slot, Slots
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +98,10 @@ class Controller:
             processes=proposal_processes if proposer.cpu_bound else 0,
             max_code_length=self._config.max_code_length,
         )
-        self._slots = asyncio.Semaphore(self._config.max_in_flight)
+        self._slots = Slots(self._config.max_in_flight)
         self._flights = Flights(job, queue, self._store)
         known = KnownSources(content_hash(problem.initial_program))
-        self._writes = ProposalWrites(self._store, self._flights, known=known)
+        self._writes = ProposalWrites(self._store, self._flights, self._slots, known=known)
         self._parents = ParentCache(self._store, self._config)
         self._results = ResultApplier(self._store, self._parents, problem.features)
         self._reads = ResultReads(queue)
@@ -183,27 +184,25 @@ class Controller:
         remaining = self._config.max_proposals - proposals_done
         index = next_index
         while remaining > 0 and not self._stop_proposing.is_set():
-            await self._slots.acquire()
+            slot = await self._slots.take()
             if self._ledger.over_budget():
                 log.info("job %s: cost budget reached", self._job.id)
                 self._stop_proposing.set()
             if self._stop_proposing.is_set():
-                self._slots.release()
+                slot.release()
                 break
-            tg.create_task(self._propose(index))
+            tg.create_task(self._propose(index, slot))
             index += 1
             remaining -= 1
-        # Wait for every slot to come back: all proposals resolved, all results applied.
-        for _ in range(self._config.max_in_flight):
-            await self._slots.acquire()
+        await self._slots.drain()  # all proposals resolved, all their results applied
 
     # ------------------------------------------------------------ proposals
 
-    async def _propose(self, index: int) -> None:
-        """One proposal, start to enqueue. The controller's per-iteration error boundary."""
-        released = False
+    async def _propose(self, index: int, slot: Slot) -> None:
+        """One proposal, start to enqueue. The controller's per-iteration error boundary. The
+        slot goes back at its end unless its child was enqueued (then when the result lands)."""
         try:
-            released = await self._propose_once(index)
+            await self._propose_once(index, slot)
         except asyncio.CancelledError:
             raise
         except Exception:  # the iteration boundary: record, log with ids, go on
@@ -212,12 +211,11 @@ class Controller:
                 failed = failed_entry(index, self._proposer)
                 self.progress.proposals += await unit.record_proposal(failed)
         finally:
-            if not released:
-                self._slots.release()
+            slot.release()
             self._on_progress(self.progress)
 
-    async def _propose_once(self, index: int) -> bool:
-        """Returns True when the slot now belongs to an enqueued child (released on its result)."""
+    async def _propose_once(self, index: int, slot: Slot) -> None:
+        """Sample, prompt, propose, write; an enqueued child takes ``slot`` over."""
         island = index % self._config.islands
         rng = np.random.default_rng([self._config.seed, index])
         await islands.maintain(self._store, self._parents, self._config, index=index, rng=rng)
@@ -227,7 +225,7 @@ class Controller:
             best_cases = dict(self._results.best_cases)
             if sample is None:  # nothing evaluated yet: wait for the seed to land
                 if self._stop_proposing.is_set():
-                    return False
+                    return
                 self._parents.changed.clear()
                 await self._parents.changed.wait()
         prompt = build_prompt(
@@ -262,7 +260,7 @@ class Controller:
             texts=self._ledger.texts(prompt, proposal),
         )
         written = await self._writes.write(
-            answer, parent_scores=dict(parent.stage_scores), seed=settled.seed
+            answer, parent_scores=dict(parent.stage_scores), seed=settled.seed, slot=slot
         )
         self.progress.proposals += 1
         self.progress.apply_failed += written is Written.RECORDED
@@ -275,7 +273,6 @@ class Controller:
             # first result lands: this slot waits for a result, which may change the parents.
             self._landed.clear()
             await self._landed.wait()
-        return written is Written.CHILD
 
     async def sample(self, island: int, rng: np.random.Generator) -> Sample | None:
         """A parent and inspirations drawn from the in-memory archive (see :class:`ParentCache`)."""
@@ -339,9 +336,8 @@ class Controller:
                 self._fail(f"the initial program did not pass: {evaluation.error or 'rejected'}")
         if any(self._confirmation.beats_best(result.evaluation.score) for result in applied):
             await self._remeasure_more()  # before the slots go back: the run's end waits for it
-        for flight in flights.values():
-            if flight is not None and flight.holds_slot:
-                self._slots.release()
+        for program_id in flights:
+            self._slots.landed(program_id)
         self._landed.set()
 
     async def _remeasure_more(self) -> None:

@@ -26,6 +26,7 @@ from codevolve.program_db.jobs import ProposalEntry
 from codevolve.proposers.base import Proposer
 from codevolve.services.controller.flights import Flights, InFlight
 from codevolve.services.controller.proposal_pool import Settled, content_hash
+from codevolve.services.controller.slots import Slot, Slots
 
 INITIAL_PROPOSAL_INDEX = -1  # the seed program is not the answer to any proposal
 
@@ -151,6 +152,7 @@ class _Write:
     answered: Answered
     parent_scores: dict[str, float]
     seed: int
+    slot: Slot  # its child, if enqueued, takes the proposal's slot over
     done: asyncio.Future[Written]
 
 
@@ -178,8 +180,11 @@ class KnownSources:
 class ProposalWrites:
     """Writes settled proposals in batches, then sends their children's tasks."""
 
-    def __init__(self, store: JobStore, flights: Flights, *, known: KnownSources) -> None:
+    def __init__(
+        self, store: JobStore, flights: Flights, slots: Slots, *, known: KnownSources
+    ) -> None:
         self._store = store
+        self._slots = slots
         self._flights = flights
         self.known = known  # every child written goes in, inserted or a duplicate
         self._writes: list[_Write] = []  # settled proposals waiting for the writer
@@ -194,11 +199,13 @@ class ProposalWrites:
         return settled.content_hash in self.known
 
     async def write(
-        self, answer: Answered, *, parent_scores: dict[str, float], seed: int
+        self, answer: Answered, *, parent_scores: dict[str, float], seed: int, slot: Slot
     ) -> Written:
         """Queue a settled proposal for the next batched write and wait until it is written."""
         done = asyncio.get_running_loop().create_future()
-        write = _Write(answered=answer, parent_scores=parent_scores, seed=seed, done=done)
+        write = _Write(
+            answered=answer, parent_scores=parent_scores, seed=seed, slot=slot, done=done
+        )
         self._writes.append(write)
         if not self._writing:
             self._writing = True
@@ -228,8 +235,16 @@ class ProposalWrites:
             child = write.answered.child
             if child is not None and child.id in inserted:
                 task = self._flights.task(child, parent_scores=write.parent_scores, seed=write.seed)
-                flights.append(InFlight(program=child, holds_slot=True, task=task))
-        await self._flights.send_many(flights)
+                self._slots.give(write.slot, child.id)  # before its task goes: then its result
+                flights.append(InFlight(program=child, task=task))
+        try:
+            await self._flights.send_many(flights)
+        except BaseException:
+            # Not sent: the children are stranded (the run's end sends them), and the slots go
+            # back with their proposals, which meet this error.
+            for flight in flights:
+                self._slots.not_sent(flight.program.id)
+            raise
         for write in batch:
             child = write.answered.child
             if child is None:
