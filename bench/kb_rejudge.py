@@ -53,7 +53,10 @@ def main() -> None:
             "stored_speedup": row["speedup_eager"],
             "speedup": speedup,
             "correct": reply["correct"],
-            "problem_text": reply["problem"] or reply["load_error"],
+            "problem_text": reply["problem"]
+            or reply["load_error"]
+            or "; ".join(f"{k}: {v}" for k, v in reply["verdicts"].items() if v),
+            "verdicts": reply["verdicts"],
             "batch": timing.get("batch"),
             "seconds": time.monotonic() - mark,
             "isolation": reply.get("isolation"),
@@ -64,7 +67,7 @@ def main() -> None:
         print(
             f"{row['problem'][:38]:<38} stored {stored:>6} new {new:>6} "
             f"correct={reply['correct']} batch={timing.get('batch')} "
-            f"{result['seconds']:.1f}s {result['problem_text'][:80]}",
+            f"{result['seconds']:.1f}s {result['problem_text'][:300]}",
             flush=True,
         )
     fast = sum(1 for r in results if r["correct"] and r["speedup"] and r["speedup"] > 1.0)

@@ -104,7 +104,7 @@ class Remote:
         specs, tensors = [], []
         for tensor in tensors_in(expected):
             slot, spec = self.arena.place(tensor)
-            slot.view(torch.uint8).fill_(POISON_BYTE) if slot.numel() else None
+            slot.reshape(-1).view(torch.uint8).fill_(POISON_BYTE) if slot.numel() else None
             specs.append(spec)
             tensors.append(slot)
         return specs, tensors

@@ -140,7 +140,7 @@ class _Batches:
         for slots in self.slots:
             for slot in slots:
                 if slot.numel():
-                    slot.view(torch.uint8).fill_(POISON_BYTE)
+                    slot.reshape(-1).view(torch.uint8).fill_(POISON_BYTE)
         if self.session.device == "cuda":
             _flush_buffer().zero_()
             torch.cuda.synchronize()
