@@ -532,3 +532,16 @@ def test_the_compile_baseline_is_timed_beside_eager(loader: Judges) -> None:
     assert timing["compile_error"] == "", timing["compile_error"]
     assert timing["compile_ms"] is not None and timing["compile_ms"] > 0
     assert timing["eager_ms"] > 0
+
+
+def test_a_scalar_output_is_judged_and_timed(loader: Judges) -> None:
+    # A loss returns a 0-dim tensor: its slot in the shared memory is poisoned and read as one.
+    loss = _reference(
+        "def forward(self, a, b):\n    return torch.mean((a - b) ** 2)\n",
+        "[torch.rand(64, 128), torch.rand(64, 128)]",
+    )
+    right = _candidate("def forward(self, a, b):\n    return ((a - b) ** 2).mean()\n")
+    reply = _judged(loader, loss, right, time=True, trials=3)
+    assert reply["correct"] and reply["timing"]["candidate_ms"] > 0, reply
+    wrong = _candidate("def forward(self, a, b):\n    return ((a - b) ** 2).sum()\n")
+    assert "elements wrong" in _judged(loader, loss, wrong)["verdicts"]["kernelbench"]
