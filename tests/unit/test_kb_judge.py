@@ -545,3 +545,16 @@ def test_a_scalar_output_is_judged_and_timed(loader: Judges) -> None:
     assert reply["correct"] and reply["timing"]["candidate_ms"] > 0, reply
     wrong = _candidate("def forward(self, a, b):\n    return ((a - b) ** 2).sum()\n")
     assert "elements wrong" in _judged(loader, loss, wrong)["verdicts"]["kernelbench"]
+
+
+def test_a_batch_answer_in_short_form_expands_or_is_refused() -> None:
+    from codevolve.evaluator_workers.gpu.kb_timing import _outputs_of
+
+    facts = {"dtype": "torch.float32", "shape": [4], "stride": [1], "device": "cuda"}
+    alike = {"facts": facts, "handles": ["ab" * 64], "places": [[0, 0], [0, 512]]}
+    outputs = _outputs_of({"alike": alike}, 2)
+    assert [o["tensor"]["offset"] for o in outputs] == [0, 512]
+    assert all(o["tensor"]["ipc"] == "ab" * 64 for o in outputs)
+    assert _outputs_of({"alike": {**alike, "places": [[1, 0], [0, 0]]}}, 2) is None  # no handle 1
+    assert _outputs_of({"alike": alike}, 3) is None  # a batch of 3 answered with 2
+    assert _outputs_of({"outputs": [1, 2]}, 2) == [1, 2]  # the long form, checked later

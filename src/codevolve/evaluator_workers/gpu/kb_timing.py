@@ -157,7 +157,7 @@ class _Batches:
             end = time.perf_counter()
             if runner.alive():
                 runner.pause()
-        outputs = reply.get("outputs")
+        outputs = _outputs_of(reply, len(self.sets))
         if not isinstance(outputs, list) or len(outputs) != len(self.sets):
             raise CandidateProblem(
                 f"the {self.remote.who} process answered a batch without its outputs"
@@ -178,6 +178,27 @@ class _Batches:
             if result.problem:
                 return f"timed batch {index + 1}, call {pick + 1}: {result.problem}"
         return ""
+
+
+def _outputs_of(reply: dict[str, Any], count: int) -> Any:
+    """The per-output descriptions of a batch's answer, expanded from the short form a runner
+    sends when all outputs are alike (runner.py ``_alike``); checked like any other."""
+    alike = reply.get("alike")
+    if not isinstance(alike, dict):
+        return reply.get("outputs")
+    facts, handles, places = alike.get("facts"), alike.get("handles"), alike.get("places")
+    if not (isinstance(facts, dict) and isinstance(handles, list) and isinstance(places, list)):
+        return None
+    if len(places) != count or len(handles) > count:
+        return None
+    outputs = []
+    for place in places:
+        if not (isinstance(place, list) and len(place) == 2 and type(place[0]) is int):
+            return None
+        if not 0 <= place[0] < len(handles):
+            return None
+        outputs.append({"tensor": {**facts, "ipc": handles[place[0]], "offset": place[1]}})
+    return outputs
 
 
 def _answer(remote: Remote) -> dict[str, Any]:

@@ -351,10 +351,11 @@ _EXPORTED: dict[tuple[int, int], str] = {}  # (base, size) of an allocation -> i
 _BASES: dict[int, tuple[int, int]] = {}  # a data pointer seen before -> its allocation
 
 
-def export_cuda(tensor: torch.Tensor) -> dict[str, Any]:
-    """The runner's side: a CUDA tensor named by its allocation's IPC handle and offset (one
-    handle per allocation, and one lookup per pointer: the caching allocator hands the same
-    blocks out batch after batch, and this runs inside the timed window)."""
+def locate_cuda(tensor: torch.Tensor) -> tuple[str, int]:
+    """The runner's side: the IPC handle of the allocation holding a CUDA tensor, and the
+    tensor's offset in it (one handle per allocation, one lookup per pointer: the caching
+    allocator hands the same blocks out batch after batch, and this runs inside the timed
+    window)."""
     pointer = tensor.data_ptr()
     found = _BASES.get(pointer)
     if found is None:
@@ -362,7 +363,13 @@ def export_cuda(tensor: torch.Tensor) -> dict[str, Any]:
         found = _BASES[pointer] = driver.range_of(pointer)
         if found not in _EXPORTED:
             _EXPORTED[found] = driver.handle(found[0]).hex()
-    return {**spec_of(tensor), "ipc": _EXPORTED[found], "offset": pointer - found[0]}
+    return _EXPORTED[found], pointer - found[0]
+
+
+def export_cuda(tensor: torch.Tensor) -> dict[str, Any]:
+    """A CUDA tensor described by its allocation's IPC handle and its offset there."""
+    handle, offset = locate_cuda(tensor)
+    return {**spec_of(tensor), "ipc": handle, "offset": offset}
 
 
 class CudaImports:
