@@ -32,6 +32,7 @@ import torch
 from codevolve.evaluator_workers.errors import WorkerError
 from codevolve.evaluator_workers.gpu.kb_loader import ReferenceProgram
 from codevolve.evaluator_workers.gpu.kb_watch import raise_if_context_broken
+from codevolve.evaluator_workers.gpu.shared_tensors import tensors_in
 
 KERNELBENCH = "kernelbench"
 SIGNED = "signed"
@@ -98,7 +99,7 @@ def refill(
     keeps its first output, or one per input address, now returns a stale one."""
     seed = int(torch.randint(0, _SEED_SPACE, (1,), generator=rng.seeds))
     fresh = _drawn(reference.get_inputs, seed, rng.device, "get_inputs")
-    olds, news = _tensors_in(values), _tensors_in(fresh)
+    olds, news = tensors_in(values), tensors_in(fresh)
     if [t.shape for t in olds] != [t.shape for t in news]:
         raise ReferenceFailure("get_inputs() returns other shapes under another seed")
     for old, new in zip(olds, news, strict=True):
@@ -117,15 +118,6 @@ def _drawn(function: Any, seed: int, device: str, name: str) -> list[Any]:
     return [_on(v, device) for v in values]
 
 
-def _tensors_in(value: Any) -> list[torch.Tensor]:
-    """The tensors of an input list, nested lists and tuples included, in order."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [t for item in value for t in _tensors_in(item)]
-    return []
-
-
 def _on(value: Any, device: str) -> Any:
     if isinstance(value, torch.Tensor):
         return value if value.device.type == device else value.to(device)
@@ -139,7 +131,7 @@ def _redraw(values: list[Any], distribution: str, generator: torch.Generator) ->
     if distribution == KERNELBENCH:
         return
     scale = WIDE_SCALE if distribution == WIDE else 1.0
-    for tensor in _tensors_in(values):
+    for tensor in tensors_in(values):
         if tensor.is_floating_point():
             _sign(tensor, scale, generator)
 

@@ -55,7 +55,7 @@ from codevolve.evaluator_workers.gpu.kb_loader import ReferenceProgram
 from codevolve.evaluator_workers.gpu.kb_remote import REQUEST_TIMEOUT_S, Remote, start_remote
 from codevolve.evaluator_workers.gpu.kb_watch import POISON_BYTE, CandidateProblem, copies
 from codevolve.evaluator_workers.gpu.runner_link import RunnerGone, RunnerPool
-from codevolve.evaluator_workers.gpu.shared_tensors import Arena
+from codevolve.evaluator_workers.gpu.shared_tensors import Arena, tensors_in
 
 FLUSH_MIN_BYTES = 256 << 20  # the L2 flush writes at least this much, and twice the L2
 CHECKED_PER_BATCH = 2  # timed outputs compared per batch
@@ -135,7 +135,7 @@ class _Batches:
         """Fresh values in the private sets, copied into the arena (the runner is stopped)."""
         for values, staged in zip(self.sets, self.staged, strict=True):
             refill(values, self.session.reference, KERNELBENCH, self.rng)
-            for target, source in zip(_tensors(staged), _tensors(values), strict=True):
+            for target, source in zip(tensors_in(staged), tensors_in(values), strict=True):
                 target.copy_(source)
         for slots in self.slots:
             for slot in slots:
@@ -209,12 +209,6 @@ def _answer(remote: Remote) -> dict[str, Any]:
     if "problem" in reply:
         raise CandidateProblem(str(reply["problem"])[:2000])
     return reply
-
-
-def _tensors(values: Any) -> list[torch.Tensor]:
-    from codevolve.evaluator_workers.gpu.shared_tensors import tensors_in
-
-    return tensors_in(values)
 
 
 def timed_batches(session: Session, remote: Remote, *, check: bool) -> list[float]:
