@@ -104,7 +104,7 @@ class Remote:
         specs, tensors = [], []
         for tensor in tensors_in(expected):
             slot, spec = self.arena.place(tensor)
-            slot.reshape(-1).view(torch.uint8).fill_(POISON_BYTE) if slot.numel() else None
+            poison(slot)
             specs.append(spec)
             tensors.append(slot)
         return specs, tensors
@@ -183,3 +183,9 @@ def _rebuild(value: Any, staged: Any) -> Any:
         items = [_rebuild(v, staged) for v in value]
         return tuple(items) if isinstance(value, tuple) else items
     return value
+
+
+def poison(slot: torch.Tensor) -> None:
+    """Fill an output slot with NaN bytes (0xFF), so an output never written reads as wrong."""
+    if slot.numel():
+        slot.reshape(-1).view(torch.uint8).fill_(POISON_BYTE)

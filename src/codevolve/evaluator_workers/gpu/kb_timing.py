@@ -52,8 +52,13 @@ from codevolve.evaluator_workers.gpu.kb_inputs import (
     refill,
 )
 from codevolve.evaluator_workers.gpu.kb_loader import ReferenceProgram
-from codevolve.evaluator_workers.gpu.kb_remote import REQUEST_TIMEOUT_S, Remote, start_remote
-from codevolve.evaluator_workers.gpu.kb_watch import POISON_BYTE, CandidateProblem, copies
+from codevolve.evaluator_workers.gpu.kb_remote import (
+    REQUEST_TIMEOUT_S,
+    Remote,
+    poison,
+    start_remote,
+)
+from codevolve.evaluator_workers.gpu.kb_watch import CandidateProblem, copies
 from codevolve.evaluator_workers.gpu.runner_link import RunnerGone, RunnerPool
 from codevolve.evaluator_workers.gpu.shared_tensors import Arena, tensors_in
 
@@ -139,8 +144,7 @@ class _Batches:
                 target.copy_(source)
         for slots in self.slots:
             for slot in slots:
-                if slot.numel():
-                    slot.reshape(-1).view(torch.uint8).fill_(POISON_BYTE)
+                poison(slot)
         if self.session.device == "cuda":
             _flush_buffer().zero_()
             torch.cuda.synchronize()

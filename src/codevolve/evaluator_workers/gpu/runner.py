@@ -98,8 +98,6 @@ class _Runner:
         else:
             torch.set_num_threads(int(settings.get("threads", 1)))
         torch.set_grad_enabled(False)
-        with OpRecorder():  # its first use imports torch's dispatch machinery: seconds
-            torch.zeros(4, device=self.device).add_(1).sum()
         self.loader = KbLoader(Path(self.scratch) / "programs")
         if not settings.get("rules", True):  # tests: what the judge catches behind the rules
             from codevolve.evaluator_workers.gpu import kb_loader
