@@ -60,6 +60,7 @@ def main() -> None:
             "batch": timing.get("batch"),
             "seconds": time.monotonic() - mark,
             "isolation": reply.get("isolation"),
+            "phases": reply.get("seconds"),
         }
         results.append(result)
         stored = "-" if row["speedup_eager"] is None else f"{row['speedup_eager']:.3f}"
