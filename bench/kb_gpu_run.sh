@@ -26,7 +26,8 @@ for step in "$@"; do
       ;;
     tests)
       timeout ${KB_TESTS_TIMEOUT:-300} python3 -m pytest -c /dev/null --rootdir . -p no:cacheprovider -q \
-        -W ignore::pytest.PytestUnknownMarkWarning tests/gpu tests/unit/test_kb_judge.py \
+        -W ignore::pytest.PytestUnknownMarkWarning tests/gpu \
+        tests/unit/evaluator_workers/gpu/test_kb_judge.py \
         2>&1 | tee "$OUT/gpu_tests.log" | tail -15
       ;;
     templates)

@@ -24,10 +24,11 @@ launch get ``inf``.
 
 Hardware constants are datasheet or microbenchmark figures. Five were tuned, each within its
 physical range, so that the behaviours DESIGN.md section 8 requires hold together
-(tests/unit/test_gemm_cost_model.py pins them): DRAM_LATENCY_S and K_STEP_OVERHEAD_CLK set how far
-small-M configs spread; SINGLE_WARPGROUP_EFFICIENCY and L2_BYTES_PER_S set how much big 8-warp
-tiles gain at mid and large M; LAUNCH_S and BOUND_NORM set how many decode configs tie. The GPU
-backend's calibration reports how far the model is from a real H200.
+(tests/unit/problems/gemm_tiling/test_gemm_cost_model.py pins them): DRAM_LATENCY_S and
+K_STEP_OVERHEAD_CLK set how far small-M configs spread; SINGLE_WARPGROUP_EFFICIENCY and
+L2_BYTES_PER_S set how much big 8-warp tiles gain at mid and large M; LAUNCH_S and BOUND_NORM set
+how many decode configs tie. The GPU backend's calibration reports how far the model is from a real
+H200.
 """
 
 from __future__ import annotations
