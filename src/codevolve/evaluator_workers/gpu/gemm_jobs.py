@@ -9,7 +9,8 @@ Payloads and replies are plain data:
 - ``gemm.precompile``: ``{"configs": [[bm, bn, bk, warps, stages, group_m], ...],
   "workers": int}`` -> ``{"errors": {"bm,bn,...": message}}``; compiles in parallel processes
   into Triton's disk cache, so the first measurement of each config only loads it.
-- ``kernel.measure``: a candidate's own kernel module checked and timed (kernel_jobs.py).
+- ``kernel.measure``: a candidate's own kernel module judged in a caged runner against cuBLAS
+  (kernel_jobs.py).
 - ``kb.judge``: a KernelBench-format candidate judged against its reference (kb_jobs.py).
 """
 
@@ -102,10 +103,10 @@ def shutdown() -> None:
 
 
 def _kernel_measure(payload: Any) -> Any:
-    from codevolve.evaluator_workers.gpu import kernel_jobs  # loads candidates: only when asked
+    from codevolve.evaluator_workers.gpu import kernel_jobs  # starts runners: only when asked
 
     try:
-        return kernel_jobs.measure(payload)
+        return kernel_jobs.measure_job(payload)
     except kernel_jobs.KernelJobError as exc:
         raise JobError(str(exc)) from exc
 

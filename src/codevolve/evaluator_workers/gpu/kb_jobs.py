@@ -25,16 +25,14 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from codevolve.evaluator_workers.errors import WorkerError
+from codevolve.evaluator_workers.gpu import judging
+from codevolve.evaluator_workers.gpu.judging import device, runners
 from codevolve.evaluator_workers.gpu.kb_inputs import DISTRIBUTIONS
 from codevolve.evaluator_workers.gpu.kb_judge import BASELINES, JudgeSettings, device_info, judge
 from codevolve.evaluator_workers.gpu.kb_loader import KbLoader
-from codevolve.evaluator_workers.gpu.runner_link import RunnerPool, RunnerSettings
 
 JUDGE_JOB = "kb.judge"
-DEVICE_ENV = "CODEVOLVE_KB_DEVICE"  # "cpu" forces the CPU where a GPU is visible
 MAX_SEEDS = 16
 MAX_TRIALS = 1000
 MAX_WARMUP = 100
@@ -52,14 +50,6 @@ JobError = KbJobError  # the name the device process looks for in a jobs module
 
 
 @functools.cache
-def device() -> str:
-    """The judge's device, chosen once (before the loader cuts the environment down)."""
-    if os.environ.get(DEVICE_ENV, "").lower() == "cpu" or not torch.cuda.is_available():
-        return "cpu"
-    return "cuda"
-
-
-@functools.cache
 def _loader() -> KbLoader:
     device()  # read the environment before the loader scrubs it
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -72,19 +62,9 @@ def _loader() -> KbLoader:
     return KbLoader()
 
 
-@functools.cache
-def _runners() -> RunnerPool:
-    """The runners of this device process, started ahead of need (shutdown() ends them)."""
-    return RunnerPool(RunnerSettings(device=device()))
-
-
 def shutdown() -> None:
-    """End the runners this process started: the reference timers', then the pool's."""
-    from codevolve.evaluator_workers.gpu.kb_timing import REFERENCE_RUNNERS
-
-    REFERENCE_RUNNERS.close()
-    if _runners.cache_info().currsize:
-        _runners().close()
+    """End the runners this process started (judging.py)."""
+    judging.shutdown()
 
 
 def settings_from(payload: Any) -> tuple[str, str, JudgeSettings]:
@@ -161,7 +141,7 @@ def _tolerance(value: Any) -> float | None:
 def judge_job(payload: Any) -> dict[str, Any]:
     reference, candidate, settings = settings_from(payload)
     return judge(
-        reference, candidate, settings, device=device(), loader=_loader(), runners=_runners()
+        reference, candidate, settings, device=device(), loader=_loader(), runners=runners()
     )
 
 

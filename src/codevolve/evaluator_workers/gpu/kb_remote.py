@@ -53,7 +53,9 @@ class Remote:
         self.imports = CudaImports() if device == "cuda" else None
         self.layers: dict[str, bool] = {}
 
-    def start(self, source: str, *, trusted: bool) -> None:
+    def start(self, source: str, *, trusted: bool, role: str = "kb") -> None:
+        """Attach the arena (the runner enters its cage) and load ``source`` in ``role``
+        ("kb": a KernelBench model; "kernel": a gemm-kernel-gpu launch function)."""
         fds = [] if self.arena.fd is None else [self.arena.fd]
         cache = self.runner.kernel_cache(source)
         message = {"op": "attach", "arena": self.arena.handle.as_json(), "cache": cache}
@@ -64,7 +66,7 @@ class Remote:
         self.layers = (
             {str(k): bool(v) for k, v in layers.items()} if isinstance(layers, dict) else {}
         )
-        reply = self.ask({"op": "load", "source": source, "trusted": trusted})
+        reply = self.ask({"op": "load", "source": source, "trusted": trusted, "role": role})
         if "load_error" in reply:
             raise LoadFailed(str(reply["load_error"])[:2000])
 
@@ -142,16 +144,17 @@ class Remote:
             self.arena.close()
 
 
-def start_remote(runners: RunnerPool, arena: Arena, source: str, *, trusted: bool) -> Remote:
+def start_remote(
+    runners: RunnerPool, arena: Arena, source: str, *, trusted: bool, role: str = "kb"
+) -> Remote:
     """A runner with ``source`` loaded. A runner whose device broke inside its cage (a kernel
     whose Landlock version filters device ioctls, say) is ended, and the pool drops the layers
     that machine cannot hold, one at a time, before the program is given to another."""
     while True:
-        remote = Remote(
-            runners.take(), arena, runners.settings.device, who="Model" if trusted else "ModelNew"
-        )
+        who = {"kb": ("ModelNew", "Model"), "kernel": ("matmul", "cuBLAS")}[role][trusted]
+        remote = Remote(runners.take(), arena, runners.settings.device, who=who)
         try:
-            remote.start(source, trusted=trusted)
+            remote.start(source, trusted=trusted, role=role)
             return remote
         except CageBroke as exc:
             remote.close()

@@ -1,56 +1,41 @@
-"""The device job of gemm-kernel-gpu: load a candidate's kernel module, check it, time it.
+"""The device job of gemm-kernel-gpu: judge a candidate's kernel module against cuBLAS.
 
 ``kernel.measure``: ``{"source": str, "shapes": [[M, N, K], ...], "check_shapes": [[M, N, K],
 ...], "seed": int, "samples": int, "time": bool}`` -> ``{"device": info, "load_error": str,
-"load_s": float, "problems": [str per checked shape], "timings": [Timing as a dict per shape]}``.
-Every shape of ``check_shapes`` (ragged ones, say), then of ``shapes``, is checked first (fresh
-inputs, three distributions); the first wrong shape ends the job (its problem is the last entry
-of ``problems``, nothing is timed). Then, when ``time`` is set, every shape of ``shapes`` is
-timed against cuBLAS in the order given. Loading and compiling happen once per distinct source
-in this process (kernel_loader.py); a source's kernels are first compiled in parallel helper
-processes (kernel_compile.py), ``compiled_ahead`` counting the shapes sent to them.
+"load_s": float, "problems": [str per checked shape], "timings": [Timing as a dict per shape,
+with "batch" (calls per timed batch), "graph" (whether a CUDA graph ran them) and "eager_why"],
+"isolation": {layer: held}, "seconds": {...}, "compiled_ahead": 0}``. Every shape of
+``check_shapes`` (ragged ones, say), then of ``shapes``, is checked first (fresh inputs, three
+distributions); the first wrong shape ends the job (its problem is the last entry of
+``problems``, nothing is timed). Then, when ``time`` is set, every shape of ``shapes`` is timed
+against cuBLAS in the order given; a shape that fails there is the first row whose status is
+not ``ok`` (the rows after it are ``skipped``). ``samples`` is the number of timed batches per
+shape.
+
+The candidate runs only in a caged runner of the device's pool (judging.py), loaded and compiled
+there (kernel_judge.py); this process never executes its source.
 """
 
 from __future__ import annotations
 
-import functools
-import time
 from typing import Any
 
-import torch
-
 from codevolve.evaluator_workers.errors import WorkerError
-from codevolve.evaluator_workers.gpu.gemm_bench import Shape, device_info, timing_dict
-from codevolve.evaluator_workers.gpu.kernel_bench import KernelBench
-from codevolve.evaluator_workers.gpu.kernel_compile import KernelCompiler, compile_workers
-from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader, LoadError, source_digest
+from codevolve.evaluator_workers.gpu import judging
+from codevolve.evaluator_workers.gpu.gemm_bench import Shape
+from codevolve.evaluator_workers.gpu.kernel_judge import MeasureSettings, measure
 
 MEASURE_JOB = "kernel.measure"
+MAX_SAMPLES = 1000
 
 
 class KernelJobError(WorkerError):
     """A malformed payload (raised as the device jobs' JobError by gemm_jobs)."""
 
 
-@functools.cache
-def _loader() -> KernelLoader:
-    return KernelLoader()
-
-
-@functools.cache
-def _compiler() -> KernelCompiler:
-    return KernelCompiler(compile_workers())
-
-
 def shutdown() -> None:
-    """Stop the compile helpers, if started (the device process calls this before it ends)."""
-    if _compiler.cache_info().currsize:
-        _compiler().close()
-
-
-@functools.cache
-def _bench() -> KernelBench:
-    return KernelBench()
+    """End the runners, if started (the device process calls this before it ends)."""
+    judging.shutdown()
 
 
 def _shapes(rows: Any, key: str = "shapes") -> list[Shape]:
@@ -66,36 +51,26 @@ def _shapes(rows: Any, key: str = "shapes") -> list[Shape]:
     return shapes
 
 
-def measure(payload: Any) -> Any:
+def settings_from(payload: Any) -> tuple[str, MeasureSettings]:
+    """The source and the settings of a ``kernel.measure`` payload, or KernelJobError."""
     if not isinstance(payload, dict) or not isinstance(payload.get("source"), str):
         raise KernelJobError("kernel.measure needs a dict with a string 'source'")
-    shapes = _shapes(payload.get("shapes"))
-    checked = _shapes(payload.get("check_shapes", []), "check_shapes") + shapes
-    seed = int(payload.get("seed", 0))
-    samples = max(3, int(payload.get("samples", 15)))
-    reply: dict[str, Any] = {"device": device_info(), "load_error": "", "problems": []}
-    reply["timings"] = []
-    started = time.perf_counter()
-    launch = _loader().load(payload["source"])
-    if isinstance(launch, LoadError):
-        reply["load_error"] = launch.message
-        return reply
-    # After the load: the loader has scrubbed the environment the helpers inherit.
-    compiled = _compiler().compile_ahead(
-        payload["source"], source_digest(payload["source"]), checked
+    samples = payload.get("samples", 15)
+    if type(samples) is not int or not 1 <= samples <= MAX_SAMPLES:
+        raise KernelJobError(f"'samples' is an int from 1 to {MAX_SAMPLES}, not {samples!r}")
+    seed = payload.get("seed", 0)
+    if type(seed) is not int:
+        raise KernelJobError(f"'seed' is an int, not {seed!r}")
+    settings = MeasureSettings(
+        shapes=tuple(_shapes(payload.get("shapes"))),
+        check_shapes=tuple(_shapes(payload.get("check_shapes", []), "check_shapes")),
+        seed=seed,
+        samples=max(3, samples),
+        time=bool(payload.get("time", True)),
     )
-    reply["compiled_ahead"] = compiled
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(seed)
-    bench = _bench()
-    for shape in checked:
-        problem = bench.check(launch, shape, gen)
-        reply["problems"].append(problem)
-        if problem:
-            return reply
-    reply["load_s"] = time.perf_counter() - started  # load, compile and check
-    if payload.get("time", True):
-        reply["timings"] = [
-            timing_dict(bench.time(launch, shape, gen, samples=samples)) for shape in shapes
-        ]
-    return reply
+    return payload["source"], settings
+
+
+def measure_job(payload: Any) -> dict[str, Any]:
+    source, settings = settings_from(payload)
+    return measure(source, settings, device=judging.device(), runners=judging.runners())

@@ -111,6 +111,7 @@ class _Runner:
         self.trusted = False
         self.cache: str | None = None
         self.layers: dict[str, bool] = {}
+        self.role_ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
     # -- the cage -------------------------------------------------------------------------
 
@@ -205,8 +206,10 @@ class _Runner:
             raise RuntimeError("the device computed a wrong sum")
 
     def load(self, message: dict[str, Any]) -> dict[str, Any]:
-        source = str(message["source"])
         self.trusted = bool(message.get("trusted"))
+        if message.get("role") == "kernel":  # gemm-kernel-gpu: a launch function on the judge's
+            return self._load_kernel(message)  # buffers (kernel_role.py)
+        source = str(message["source"])
         loaded: Any = (
             self.loader.reference(source) if self.trusted else self.loader.candidate(source)
         )
@@ -214,6 +217,19 @@ class _Runner:
         if program is None:
             return {"load_error": str(getattr(loaded, "message", "the program did not load"))}
         self.program = program
+        return {"ok": True}
+
+    def _load_kernel(self, message: dict[str, Any]) -> dict[str, Any]:
+        from codevolve.evaluator_workers.gpu import kernel_role
+
+        rules = bool(self.settings.get("rules", True))
+        role = kernel_role.KernelRole.load(
+            message, arena=self.arena, device=self.device, scratch=self.scratch, rules=rules
+        )
+        if isinstance(role, str):
+            return {"load_error": role}
+        role.problem = _Problem  # the candidate's errors, answered as ``problem``
+        self.role_ops = role.ops()
         return {"ok": True}
 
     def construct(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -393,6 +409,8 @@ def serve(sock: socket.socket, settings: dict[str, Any]) -> int:
                 reply = runner.attach(message, fds)
             elif op in by_message:
                 reply = by_message[op](message)
+            elif op in runner.role_ops:
+                reply = runner.role_ops[op](message)
             else:
                 raise ValueError(f"an unknown request {op[:40]!r}")
         except _Problem as exc:
@@ -411,7 +429,7 @@ def zygote(control: socket.socket) -> int:
     import torch  # the import a fork then shares
 
     from codevolve.evaluator_workers import _confine  # noqa: F401 - imported before any fork
-    from codevolve.evaluator_workers.gpu import kb_loader, kb_watch, shared_tensors  # noqa: F401
+    from codevolve.evaluator_workers.gpu import kb_loader, kb_watch, kernel_role, shared_tensors  # noqa: F401
 
     with kb_watch.OpRecorder():  # its first use imports torch's dispatch machinery: seconds
         torch.zeros(4).add_(1).sum()
