@@ -84,3 +84,9 @@ def test_the_environment_keeps_only_what_cuda_and_triton_read(tmp_path: Path) ->
         "PATH",
         "TRITON_CACHE_DIR",
     ]
+
+
+def test_without_the_source_rules_a_dunder_name_loads(tmp_path: Path) -> None:
+    source = "def matmul(x, w, y, workspace, num_sms):\n    return x.__class__\n"
+    launch = KernelLoader(tmp_path, environ={}, rules=False).load(source)
+    assert callable(launch) and launch(1, 2, 3, None, 4) is int
