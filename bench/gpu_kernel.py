@@ -1,7 +1,9 @@
 """gemm-kernel-gpu on a real GPU: kernel variants per regime, and whole programs vs cuBLAS.
 
-Runs the trusted harness (evaluator_workers/gpu/kernel_bench.py) in this process: every program
-is checked on fresh inputs, then timed against cuBLAS with cold L2, alternating, medians.
+Runs every program through the device job's own entry (kernel_jobs.measure_job): the program in a
+caged runner, checked on fresh inputs, then timed against cuBLAS in timed batches, medians
+(docs/security.md, gemm-kernel-gpu). The in-process harness with per-launch flushes that earlier
+figures came from is commit 0b246e1's.
 
     python bench/gpu_kernel.py variants --out variants.json [--samples 10]
         Each candidate launch (a variant with one parameter set) as the whole program's dispatch,
@@ -16,7 +18,7 @@ is checked on fresh inputs, then timed against cuBLAS with cold L2, alternating,
     python bench/gpu_kernel.py evaluate PROGRAM... [--samples 30] [--out evaluate.json]
             [--flush dirty|clean]
         Programs on all 88 shapes, per regime and split: vs cuBLAS and vs the first program.
-        --flush clean: the L2 left clean before each timed launch (kernel_bench.FLUSHES).
+        --flush: accepted for old command lines; the judge flushes once per timed batch.
     python bench/gpu_kernel.py warp-specialize PROGRAM [--min-m 512] [--out ws.json]
         The program as it is, then with the K loops of its persistent TMA kernels (tma_persistent,
         persistent_tail) warp-specialized, then with tma_persistent's tile loop warp-specialized
@@ -30,7 +32,6 @@ import argparse
 import json
 import math
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -106,49 +107,42 @@ def program_with(rules: list[tuple[str, str, tuple[int, ...]]]) -> str:
 
 
 class Runner:
-    """The harness in this process (torch and Triton imported here: compose needs neither)."""
+    """The device job's judge in this process (runners caged; compose needs no torch)."""
 
     def __init__(self, samples: int, seed: int, flush: str = "dirty") -> None:
-        import torch
-
         from codevolve.evaluator_workers.gpu.gemm_bench import device_info
-        from codevolve.evaluator_workers.gpu.kernel_bench import KernelBench
-        from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader
 
+        del flush
         self.device = device_info()
-        self.bench = KernelBench(flush)
-        self.loader = KernelLoader()
         self.samples = samples
-        self.gen = torch.Generator(device="cuda")
-        self.gen.manual_seed(seed)
+        self.seed = seed
 
     def measure(self, source: str, shapes: list[GemmShape]) -> dict[str, Any]:
         """Per shape key: {"ratio": t_cublas / t, "t_us", "cublas_us"} or {"error": ...}."""
-        started = time.perf_counter()
-        late_before = self.bench.late_rounds
-        launch = self.loader.load(source)
-        if not callable(launch):
-            return {"error": launch.message}
+        from codevolve.evaluator_workers.gpu import kernel_jobs
+
+        payload = {
+            "source": source,
+            "shapes": [[s.m, s.n, s.k] for s in shapes],
+            "seed": self.seed,
+            "samples": self.samples,
+        }
+        reply = kernel_jobs.measure_job(payload)
+        if reply["load_error"]:
+            return {"error": reply["load_error"]}
+        if reply["problems"] and reply["problems"][-1]:
+            shape = shapes[len(reply["problems"]) - 1]
+            return {"error": f"{shape.projection} M={shape.m}: {reply['problems'][-1]}"}
         out: dict[str, Any] = {}
-        for shape in shapes:
-            dims = (shape.m, shape.n, shape.k)
-            problem = self.bench.check(launch, dims, self.gen)
-            if problem:
-                return {"error": f"{shape.projection} M={shape.m}: {problem}"}
-        compiled = time.perf_counter()
-        for shape in shapes:
-            dims = (shape.m, shape.n, shape.k)
-            timing = self.bench.time(launch, dims, self.gen, samples=self.samples)
-            if timing.status != "ok":
-                return {"error": f"{shape.projection} M={shape.m}: {timing.detail}"}
+        for shape, row in zip(shapes, reply["timings"], strict=True):
+            if row["status"] != "ok":
+                return {"error": f"{shape.projection} M={shape.m}: {row['detail']}"}
             out[f"{shape.projection} M={shape.m}"] = {
-                "ratio": timing.cublas_us / timing.t_us,
-                "t_us": timing.t_us,
-                "cublas_us": timing.cublas_us,
+                "ratio": row["cublas_us"] / row["t_us"],
+                "t_us": row["t_us"],
+                "cublas_us": row["cublas_us"],
             }
-        out["_seconds"] = {"check": compiled - started, "time": time.perf_counter() - compiled}
-        out["_late_rounds"] = self.bench.late_rounds - late_before
-        out["_lead_cycles"] = self.bench.lead_cycles
+        out["_seconds"] = reply["seconds"]
         return out
 
 
@@ -261,8 +255,7 @@ def _evaluate(
             continue
         rows = summary(results[name], None if "error" in base else base)
         report.setdefault("summary", {})[name] = rows
-        late = f"late_rounds={results[name]['_late_rounds']} lead={results[name]['_lead_cycles']}"
-        print(name, " ".join(f"{k}={v:.3f}" for k, v in rows.items()), late, flush=True)
+        print(name, " ".join(f"{k}={v:.3f}" for k, v in rows.items()), flush=True)
 
 
 def evaluate(args: argparse.Namespace) -> None:
