@@ -13,9 +13,9 @@ timed outputs are checked. The 44 test shapes are measured alongside and only re
 
 Cascade (stages.py): the static check on any CPU worker, then on a GPU worker a probe (ragged
 shapes checked, six shapes timed; a child keeps 90 % of its parent's probe score), then all
-shapes. The candidate's module is compiled and launched in the GPU worker's device process; the
-harness there owns inputs, outputs, workspace, stream and clocks (evaluator_workers/gpu/
-kernel_bench.py). Mutations (mutations.py) add and tune kernel variants per regime and keep
+shapes. The candidate's module is loaded, compiled and launched in a caged runner of the GPU
+worker's device process; the judge there owns inputs, outputs, workspace and clocks
+(evaluator_workers/gpu/kernel_judge.py). Mutations (mutations.py) add and tune kernel variants per regime and keep
 gemm-tiling's rule mutations for the tiled kernel's configs.
 """
 

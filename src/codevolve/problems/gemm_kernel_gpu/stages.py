@@ -10,8 +10,9 @@
    geomean of t_cuBLAS / t over those 140) and on the 44 test shapes (held out: reported, never
    selected on, never shown). Per-shape times are the cases proposers see.
 
-Every check and every clock is the harness's (evaluator_workers/gpu/kernel_bench.py); a stage
-only sends the source and judges the plain data that comes back.
+Every check and every clock is the judge's (evaluator_workers/gpu/kernel_judge.py; the program
+runs only in a caged runner); a stage only sends the source and judges the plain data that comes
+back.
 """
 
 from __future__ import annotations
