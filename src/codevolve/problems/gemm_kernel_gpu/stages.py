@@ -6,9 +6,11 @@
    checked on ragged shapes (M, N not multiples of any tile; K not a multiple of 64) and on the
    six probe shapes, and timed on the probe shapes against cuBLAS. A child must keep
    :data:`PROBE_KEEP` of its parent's probe score to be timed on all shapes.
-3. ``gpu``: checked and timed on the 44 train shapes and the 96 validation shapes (the score,
-   geomean of t_cuBLAS / t over those 140) and on the 44 test shapes (held out: reported, never
-   selected on, never shown). Per-shape times are the cases proposers see.
+3. ``gpu``: checked and timed on gemm-tiling's train and validation shapes (the score, geomean
+   of t_cuBLAS / t over those 595) and on its test shapes (held out: reported, never selected on,
+   never shown): the held-out families' projections (``heldout.score``: no (N, K) of theirs is
+   in train or validation) and the seen projections at the grid M values train lacks. Per-shape
+   times are the cases proposers see.
 
 Every check and every clock is the judge's (evaluator_workers/gpu/kernel_judge.py; the program
 runs only in a caged runner); a stage only sends the source and judges the plain data that comes
@@ -26,13 +28,7 @@ from codevolve.core.device import GPU, Device
 from codevolve.core.problem import TRAIN_SCORE, Candidate, Threshold
 from codevolve.core.program import CaseResult, StageResult
 from codevolve.problems.gemm_tiling.baselines import geomean
-from codevolve.problems.gemm_tiling.shapes import (
-    GemmShape,
-    heldout_shapes,
-    probe_shapes,
-    train_shapes,
-    validation_shapes,
-)
+from codevolve.problems.gemm_tiling.shapes import GemmShape, probe_shapes, tiling_split
 
 MEASURE_JOB = "kernel.measure"
 CASE_PREFIX = "gpu "
@@ -56,6 +52,7 @@ class GpuKernelStage:
     name: str
     shapes: tuple[GemmShape, ...]  # scored
     heldout: tuple[GemmShape, ...] = ()  # timed and reported, never scored
+    unseen: int = 0  # the first ``unseen`` held-out shapes are held-out families' projections
     check_shapes: tuple[tuple[int, int, int], ...] = ()
     threshold: Threshold | None = None
     samples: int = SAMPLES
@@ -115,7 +112,7 @@ class GpuKernelStage:
         scored = len(self.shapes)
         mine = list(zip(self.shapes, ratios[:scored], rows[:scored], strict=True))
         score = geomean(r for _, r, _ in mine)
-        train = set(train_shapes())
+        train = set(tiling_split().train)
         metrics = {"vs_cublas": score}
         if any(s in train for s, _, _ in mine):
             metrics[TRAIN_SCORE] = geomean(r for s, r, _ in mine if s in train)
@@ -127,8 +124,13 @@ class GpuKernelStage:
         metrics["worst_vs_cublas"] = min(r for _, r, _ in mine)
         held = {}
         if self.heldout:
-            held = {"score": geomean(ratios[scored:]), "test_vs_cublas": geomean(ratios[scored:])}
-            held["test_worst_vs_cublas"] = min(ratios[scored:])
+            test = ratios[scored:]
+            held = {"test_vs_cublas": geomean(test), "test_worst_vs_cublas": min(test)}
+            if self.unseen:
+                held["unseen_vs_cublas"] = geomean(test[: self.unseen])
+            if self.unseen < len(test):
+                held["seen_vs_cublas"] = geomean(test[self.unseen :])
+            held["score"] = held.get("unseen_vs_cublas", held["test_vs_cublas"])
         worst = sorted(mine, key=lambda item: item[1])[:3]
         feedback = (
             f"Measured on {info.get('name', 'the GPU')}: geomean {score:.3f} of cuBLAS over "
@@ -163,6 +165,10 @@ def probe_stage() -> GpuKernelStage:
 
 
 def full_stage() -> GpuKernelStage:
+    split = tiling_split()
     return GpuKernelStage(
-        name="gpu", shapes=train_shapes() + validation_shapes(), heldout=heldout_shapes()
+        name="gpu",
+        shapes=split.train + split.validation,
+        heldout=split.unseen_test + split.seen_test,
+        unseen=len(split.unseen_test),
     )

@@ -1,13 +1,14 @@
 """gemm-tiling: evolve the tile configuration of a bf16 GEMM for LLM inference shapes.
 
 Task. ``choose_config(M, N, K)`` returns the Triton launch configuration (six integers) for
-``y = x @ W.T``, x [M, K], W [N, K], on Llama-3.1 8B and 70B/TP8 projections with 1 to 8192
-tokens. The initial program is the expert rule (three configs chosen by M).
+``y = x @ W.T``, x [M, K], W [N, K], on the projections of seven LLM families (catalogue.py)
+with 1 to 8192 tokens. The initial program is the expert rule (three configs chosen by M).
 
-Metric. Under an analytical H100 cost model (cost_model.py), the geometric mean over the 44 train
-shapes of ``t_expert / t_chosen``; the expert scores 1.0. The same figure on the 44 held-out test
-shapes is reported, never selected on. Reference points: a per-M lookup table fitted on train and
-the per-shape oracle (baselines.py).
+Metric. Under an analytical H100 cost model (cost_model.py), the geometric mean over the train
+shapes of ``t_expert / t_chosen``; the expert scores 1.0. The same figure on the test splits is
+reported, never selected on: the projections of three held-out families (no (N, K) of theirs is
+in train), and the seen projections at token counts train lacks for them (shapes.py). Reference
+points: a per-M lookup table fitted on train and the per-shape oracle (baselines.py).
 
 Cascade (stages.py): static check and wide probe of launchability, a six-shape probe, the train
 split. Features for MAP-Elites: how many distinct configs the program uses on train, and its
@@ -22,7 +23,7 @@ from importlib import resources
 
 from codevolve.core.problem import Baseline, FeatureSpec, Mutation, Stage
 from codevolve.problems.gemm_tiling.baselines import baseline_figures
-from codevolve.problems.gemm_tiling.shapes import M_VALUES, PROJECTIONS
+from codevolve.problems.gemm_tiling.shapes import M_VALUES, Split, tiling_split
 from codevolve.problems.gemm_tiling.space import (
     BLOCK_K_VALUES,
     BLOCK_M_VALUES,
@@ -36,15 +37,17 @@ from codevolve.problems.gemm_tiling.stages import ProbeStage, StaticStage, Train
 NAME = "gemm-tiling"
 
 FEATURES = (
-    # Distinct configs returned over the 44 train shapes: 1-2, 3-4, ..., 15-16 (more clamps).
+    # Distinct configs returned over the train shapes: 1-2, 3-4, ..., 15-16 (more clamps).
     FeatureSpec("distinct_configs", low=0.5, high=16.5, bins=8),
     # Geomean speedup over the expert on train shapes with M <= 64; the oracle reaches ~1.24.
     FeatureSpec("decode_speedup", low=0.7, high=1.3, bins=8),
 )
 
 
-def _description() -> str:
-    projections = "\n".join(f"  {p.name}: N={p.n}, K={p.k}" for p in PROJECTIONS)
+def describe(split: Split) -> str:
+    """The task as proposers read it; it names the seen projections, never the held-out ones."""
+    names = {(s.n, s.k): s.projection for s in split.validation}
+    projections = "\n".join(f"  {names[n, k]}: N={n}, K={k}" for n, k in split.seen_pairs)
     tokens = ", ".join(map(str, M_VALUES))
     return f"""\
 Task: write choose_config(M, N, K) -> GemmConfig(block_m, block_n, block_k, num_warps, num_stages,
@@ -52,12 +55,14 @@ group_m) for a bf16 Triton matmul y = x @ W.T with x [M, K] and W [N, K] (nn.Lin
 H100-class GPU. One CTA computes a block_m x block_n tile of y, looping over K in block_k steps
 with a num_stages-deep software pipeline; group_m M-tiles are swizzled together for L2 reuse.
 
-Shapes: the weight matrices of Llama-3.1-8B and of Llama-3.1-70B sharded over 8 GPUs,
+Shapes: LLM weight matrices as one GPU holds them (_tpT: sharded over T GPUs; expert_*: one
+expert of a mixture-of-experts layer),
 {projections}
 each with M (tokens) in {tokens}.
 M <= 16 is decode (bound by reading W), 32-512 is mid-size, >= 1024 is prefill (bound by
-tensor-core throughput). Half of these 88 shapes are scored (train); the other half are held out
-and only reported.
+tensor-core throughput). These shapes, and the same projections at other token counts, are
+scored, except some held out and only reported; so are the projections of other models, whose
+(N, K) pairs appear nowhere above: a rule should carry to weight shapes it has never seen.
 
 Config space: block_m in {BLOCK_M_VALUES}, block_n in {BLOCK_N_VALUES},
 block_k in {BLOCK_K_VALUES}, num_warps in {NUM_WARPS_VALUES}, num_stages in {NUM_STAGES_VALUES},
@@ -67,7 +72,7 @@ group_m in {GROUP_M_VALUES}. A config must launch:
   warps: num_warps <= block_m*block_n/256 (each warp owns at least a 16x16 accumulator tile).
 For example 256x128 tiles need 8 warps. Every GemmConfig written with literal values anywhere in
 the program is checked, and the program is also called on unseen shapes (every M up to 16384
-for each projection; other N and K, multiples of 128 and not: 1, odd, prime, up to N = 262144
+for each projection above; other N and K, multiples of 128 and not: 1, odd, prime, up to N = 262144
 and K = 65536): every answer must be six ints from these sets and launchable, and must not
 raise.
 
@@ -96,7 +101,7 @@ class GemmTilingProblem:
 
     @property
     def description(self) -> str:
-        return _description()
+        return describe(tiling_split())
 
     @property
     def initial_program(self) -> str:

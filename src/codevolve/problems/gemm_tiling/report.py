@@ -17,14 +17,21 @@ from codevolve.problems.gemm_tiling.baselines import (
     score_configs,
 )
 from codevolve.problems.gemm_tiling.errors import GemmTilingError
-from codevolve.problems.gemm_tiling.shapes import GemmShape, all_shapes, train_shapes
+from codevolve.problems.gemm_tiling.shapes import (
+    GemmShape,
+    all_shapes,
+    seen_test_shapes,
+    train_shapes,
+    unseen_shapes,
+    validation_shapes,
+)
 from codevolve.problems.gemm_tiling.space import validate
 
 ENTRY_POINT = "choose_config"
 
 
 def parse_shapes(data: object) -> list[GemmShape]:
-    """A JSON list of [M, N, K] (positive ints) as shapes; the 88 keep their projection name."""
+    """A JSON list of [M, N, K] (positive ints) as shapes; grid shapes keep their projection."""
     if not isinstance(data, list) or not data:
         raise GemmTilingError("shapes: expected a non-empty JSON list of [M, N, K]")
     known = {(s.m, s.n, s.k): s for s in all_shapes()}
@@ -51,7 +58,12 @@ def shape_report(candidate: Candidate, shapes: Sequence[GemmShape] | None = None
     reply = candidate.call(ENTRY_POINT, [list(s.args) for s in shapes])
     if not reply.ok or reply.values is None:
         return {"error": f"{reply.error_kind}: {reply.error}", "shapes": []}
-    train = set(train_shapes())
+    splits = {
+        **dict.fromkeys(train_shapes(), "train"),
+        **dict.fromkeys(validation_shapes(), "validation"),
+        **dict.fromkeys(seen_test_shapes(), "seen test"),
+        **dict.fromkeys(unseen_shapes(), "unseen test"),
+    }
     rows: list[dict[str, Any]] = []
     ratios: list[float] = []
     expert_ratios: list[float] = []
@@ -63,7 +75,7 @@ def shape_report(candidate: Candidate, shapes: Sequence[GemmShape] | None = None
             "N": shape.n,
             "K": shape.k,
             "projection": shape.projection,
-            "split": _split_of(shape, train),
+            "split": splits.get(shape, "other"),
             "oracle_time_us": expert.oracle_time_us,
             "oracle_config": list(oracle_config(shape).as_tuple()),
             "expert_config": list(expert.config.as_tuple()),
@@ -93,9 +105,3 @@ def shape_report(candidate: Candidate, shapes: Sequence[GemmShape] | None = None
         "launchable": sum(1 for r in rows if r["launchable"]),
         "count": len(rows),
     }
-
-
-def _split_of(shape: GemmShape, train: set[GemmShape]) -> str:
-    if shape.projection == "unseen":
-        return "unseen"
-    return "train" if shape in train else "test"

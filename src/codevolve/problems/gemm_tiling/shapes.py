@@ -1,59 +1,49 @@
-"""The 88 GEMM shapes: Llama-3.1 projections times eleven token counts, and their split.
+"""The GEMM shapes: the catalogue's projections times eleven token counts, and their split.
 
-Each projection is ``y = x @ W.T`` with W of shape [N, K] (nn.Linear layout). The (N, K) pairs are
-Llama-3.1-8B on one GPU and Llama-3.1-70B sharded over 8 GPUs by tensor parallelism (vLLM's
-sharding: qkv and gate_up split N, o and down split K); see research/gemm_gpu.md section 1.
-M is the number of tokens in the batch: 1 and 16 are decode, 32..512 mid-size, 1024..8192 prefill.
+M is the number of tokens in the batch: 1 and 16 are decode, 32..512 mid-size, 1024..8192
+prefill. The projections (catalogue.py) are those of seven model families.
 
-The 88 shapes are split at random, with the fixed seed :data:`SPLIT_SEED`, into 44 train shapes
-(scored, shown to proposers) and 44 test shapes (reported, never selected on). The split is
-stratified by M: for every M value, 4 of the 8 projections are drawn for train. An unstratified
-draw can leave an M value out of train entirely (seed 20240723 left out M=1024), and then the
-per-M lookup baseline is undefined there and the test split measures extrapolation to an unseen M
-rather than generalisation across projections.
+The split measures generalisation to projections never seen. Three whole families are held out
+(:data:`HELD_OUT_FAMILIES`: Gemma-2, Phi-3 and Mixtral): their projections at every M are the
+**unseen** test split, and no (N, K) pair of theirs is in train or validation. They were chosen,
+before any figure was measured, as the families whose N and K lie inside the ranges the other
+four cover (so the test asks for interpolation across projections, not extrapolation in size) and
+which bring what the others lack: head dim 256 (Gemma-2-9B), a 17920 intermediate (Phi-3),
+experts sharded by tensor parallelism (Mixtral). The other four families (Llama, Qwen, Mistral,
+DeepSeek: dense, MoE and latent attention, one GPU and tensor-parallel shards) are **seen**:
+their shapes at the eleven grid M values are split, with the fixed seed :data:`SPLIT_SEED` and
+stratified by M, into train (for every M, half of the seen projections, rounded down) and the
+**seen** test split (the other half): projections whose (N, K) train has at other M. The
+validation shapes are the seen projections at the token counts the grid lacks. Selection uses
+train and validation; both test splits are reported, never selected on.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from codevolve.problems.gemm_tiling.catalogue import CATALOGUE, Projection
 from codevolve.problems.gemm_tiling.errors import GemmTilingError
 
-
-@dataclass(frozen=True, slots=True)
-class Projection:
-    """One weight matrix W [N, K] of a model, as one GPU holds it."""
-
-    name: str  # e.g. "8B.qkv", "70B_tp8.down"
-    n: int  # output features
-    k: int  # input features
-
-
-PROJECTIONS = (
-    Projection("8B.qkv", 6144, 4096),  # (32 + 2*8) heads * 128
-    Projection("8B.o", 4096, 4096),
-    Projection("8B.gate_up", 28672, 4096),  # 2 * 14336
-    Projection("8B.down", 4096, 14336),
-    Projection("70B_tp8.qkv", 1280, 8192),  # (64 + 2*8) heads * 128 / 8
-    Projection("70B_tp8.o", 8192, 1024),  # K = 64 * 128 / 8
-    Projection("70B_tp8.gate_up", 7168, 8192),  # 2 * 28672 / 8
-    Projection("70B_tp8.down", 8192, 3584),  # K = 28672 / 8
-)
+PROJECTIONS = CATALOGUE  # every projection: seen and held out
 M_VALUES = (1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)  # tokens per batch
-# Token counts missing from M_VALUES, never in the 88 shapes: the octaves that the grid skips
+# Token counts missing from M_VALUES, never in the grid shapes: the octaves that the grid skips
 # between 1 and 16 (2, 4, 8) and the points between its neighbours from 16 up (3 * 2**k). The
-# validation shapes of stages that select on more than the train split (gemm-tiling-gpu).
+# validation shapes: selected on, with train.
 VALIDATION_M_VALUES = (2, 4, 8, 24, 48, 96, 192, 384, 768, 1536, 3072, 6144)
 
 DECODE_MAX_M = 16  # M <= 16: decode, bound by reading the weights
 PREFILL_MIN_M = 1024  # M >= 1024: prefill, bound by tensor-core throughput
 
-# Seed of the train/test split: the Llama 3.1 release date. Changing it changes every figure.
+HELD_OUT_FAMILIES = frozenset({"gemma", "phi", "mixtral"})
+# Seed of the seen projections' split by M: the Llama 3.1 release date. Changing it changes
+# every figure.
 SPLIT_SEED = 20240723
-TRAIN_SIZE = 44
+PROBE_MODELS = ("8B", "70B_tp8")  # the probe's models: seen, and measured on the GPU
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -63,7 +53,7 @@ class GemmShape:
     m: int
     n: int
     k: int
-    projection: str = "unseen"  # the projection's name, or "unseen" for shapes outside the 88
+    projection: str = "unseen"  # the projection's name, or "unseen" for shapes outside the grid
 
     @property
     def key(self) -> str:
@@ -72,7 +62,7 @@ class GemmShape:
 
     @property
     def model(self) -> str:
-        """The model part of the projection's name: "8B", "70B_tp8" or "unseen"."""
+        """The model part of the projection's name, e.g. "8B", "70B_tp8" or "unseen"."""
         return self.projection.split(".")[0]
 
     @property
@@ -92,63 +82,136 @@ class GemmShape:
         return f"{self.projection} M={self.m}"
 
 
-@functools.cache
-def all_shapes() -> tuple[GemmShape, ...]:
-    """The 88 shapes, projection-major, M ascending."""
-    return tuple(GemmShape(m, p.n, p.k, p.name) for p in PROJECTIONS for m in M_VALUES)
+@dataclass(frozen=True, slots=True)
+class Split:
+    """Shapes of a set of projections by role; each part sorted by (M, N, K)."""
+
+    train: tuple[GemmShape, ...]  # scored and selected on, shown to proposers
+    validation: tuple[GemmShape, ...]  # seen projections at M the grid lacks; selected on
+    seen_test: tuple[GemmShape, ...]  # seen projections at grid M that train lacks; reported
+    unseen_test: tuple[GemmShape, ...]  # held-out projections at every grid M; reported
+
+    @property
+    def test(self) -> tuple[GemmShape, ...]:
+        """Both test splits: reported, never selected on."""
+        return tuple(sorted(self.seen_test + self.unseen_test))
+
+    @property
+    def seen_grid(self) -> tuple[GemmShape, ...]:
+        """The seen projections at every grid M: train and the seen test split."""
+        return tuple(sorted(self.train + self.seen_test))
+
+    @property
+    def seen_pairs(self) -> tuple[tuple[int, int], ...]:
+        """The seen projections' (N, K), in order: every one has validation shapes."""
+        return tuple(sorted({(s.n, s.k) for s in self.validation}))
 
 
-@functools.cache
-def _split() -> tuple[tuple[GemmShape, ...], tuple[GemmShape, ...]]:
-    rng = np.random.default_rng(SPLIT_SEED)
-    per_m = TRAIN_SIZE // len(M_VALUES)  # 4 of the 8 projections of each M
+def grid_of(projections: Sequence[Projection], ms: Sequence[int]) -> tuple[GemmShape, ...]:
+    """Every projection at every M, sorted by (M, N, K)."""
+    return tuple(sorted(GemmShape(m, p.n, p.k, p.name) for p in projections for m in ms))
+
+
+def split_projections(
+    seen: Sequence[Projection],
+    held_out: Sequence[Projection],
+    *,
+    seen_test_share: float,
+    seed: int,
+) -> Split:
+    """Held-out projections to the unseen test split at every M; for every M, a seeded
+    ``seen_test_share`` of the seen projections (rounded down) to the seen test split, the rest
+    to train. Validation: the seen projections at :data:`VALIDATION_M_VALUES`."""
+    pairs = {(p.n, p.k) for p in seen}
+    shared = [p.name for p in held_out if (p.n, p.k) in pairs]
+    if shared:
+        raise GemmTilingError(f"held-out projections {shared} have a seen projection's (N, K)")
+    rng = np.random.default_rng(seed)
+    per_m = int(len(seen) * seen_test_share)
     train: list[GemmShape] = []
-    test: list[GemmShape] = []
+    seen_test: list[GemmShape] = []
     for m in M_VALUES:
-        group = sorted(s for s in all_shapes() if s.m == m)
+        group = grid_of(seen, (m,))
         order = rng.permutation(len(group))
-        train += [group[i] for i in order[:per_m]]
-        test += [group[i] for i in order[per_m:]]
-    return tuple(sorted(train)), tuple(sorted(test))
+        seen_test += [group[i] for i in order[:per_m]]
+        train += [group[i] for i in order[per_m:]]
+    return Split(
+        train=tuple(sorted(train)),
+        validation=grid_of(seen, VALIDATION_M_VALUES),
+        seen_test=tuple(sorted(seen_test)),
+        unseen_test=grid_of(held_out, M_VALUES),
+    )
 
 
-def train_shapes() -> tuple[GemmShape, ...]:
-    """The 44 shapes programs are scored and selected on (sorted by M, N, K)."""
-    return _split()[0]
+def seen_projections() -> tuple[Projection, ...]:
+    """The projections of the families not held out (catalogue order)."""
+    return tuple(p for p in CATALOGUE if p.family not in HELD_OUT_FAMILIES)
 
 
-def heldout_shapes() -> tuple[GemmShape, ...]:
-    """The 44 held-out shapes: reported, never selected on (sorted by M, N, K)."""
-    return _split()[1]
+def held_out_projections() -> tuple[Projection, ...]:
+    """The projections of :data:`HELD_OUT_FAMILIES` (catalogue order)."""
+    return tuple(p for p in CATALOGUE if p.family in HELD_OUT_FAMILIES)
 
 
 @functools.cache
-def validation_shapes() -> tuple[GemmShape, ...]:
-    """The 8 projections at the token counts between the grid's (96 shapes, sorted by M, N, K).
-
-    None of them is one of the 88 shapes, so selecting on them leaks nothing of the held-out split.
-    They exist because 44 train shapes leave parts of the shape space unreached: a rule that only
-    held-out shapes take (``if M <= 64:`` after rules that catch every train shape with M <= 64)
-    would otherwise never be judged. A validation shape sits between two grid values of M for
-    every projection, so each range of M (or of M * N) that a rule can carve out around a
-    held-out shape often holds one.
-    """
-    return tuple(
-        sorted(GemmShape(m, p.n, p.k, p.name) for p in PROJECTIONS for m in VALIDATION_M_VALUES)
+def tiling_split() -> Split:
+    """gemm-tiling's split: half of the seen projections of each M held out as the seen test."""
+    return split_projections(
+        seen_projections(), held_out_projections(), seen_test_share=0.5, seed=SPLIT_SEED
     )
 
 
 @functools.cache
-def probe_shapes() -> tuple[GemmShape, ...]:
-    """Six train shapes, one per (regime, model): a cheap first look at a candidate.
+def all_shapes() -> tuple[GemmShape, ...]:
+    """Every projection at every grid M, projection-major (catalogue order), M ascending."""
+    return tuple(GemmShape(m, p.n, p.k, p.name) for p in CATALOGUE for m in M_VALUES)
+
+
+def train_shapes() -> tuple[GemmShape, ...]:
+    """The shapes programs are scored and selected on (sorted by M, N, K)."""
+    return tiling_split().train
+
+
+def heldout_shapes() -> tuple[GemmShape, ...]:
+    """Both test splits, seen and unseen projections: reported, never selected on."""
+    return tiling_split().test
+
+
+def unseen_shapes() -> tuple[GemmShape, ...]:
+    """The held-out families' shapes: no (N, K) of theirs is in train or validation."""
+    return tiling_split().unseen_test
+
+
+def seen_test_shapes() -> tuple[GemmShape, ...]:
+    """Seen projections at grid M values train lacks for them."""
+    return tiling_split().seen_test
+
+
+def validation_shapes() -> tuple[GemmShape, ...]:
+    """The seen projections at the token counts between the grid's (sorted by M, N, K).
+
+    None of them is a grid shape, and none has a held-out family's (N, K), so selecting on them
+    leaks nothing of either test split. They exist because the train shapes leave parts of the
+    shape space unreached: a rule that only held-out shapes take (``if M <= 64:`` after rules that
+    catch every train shape with M <= 64) would otherwise never be judged. A validation shape
+    sits between two grid values of M for every seen projection, so each range of M (or of
+    M * N) that a rule can carve out around a held-out shape often holds one.
+    """
+    return tiling_split().validation
+
+
+def probe_shapes(train: Sequence[GemmShape] | None = None) -> tuple[GemmShape, ...]:
+    """Six train shapes (of ``train``, gemm-tiling's by default), one per (regime, probe model):
+    a cheap first look at a candidate.
 
     For each pair the train shape with the median M of that pair is taken (the larger of the two
     middle ones), so the probe sits inside each regime rather than at its edge.
     """
+    train = train_shapes() if train is None else train
     probes = []
     for regime in ("decode", "mid", "prefill"):
-        for model in ("8B", "70B_tp8"):
-            group = [s for s in train_shapes() if s.regime == regime and s.model == model]
+        for model in PROBE_MODELS:
+            group = [s for s in train if s.regime == regime and s.model == model]
             if not group:
                 raise GemmTilingError(f"the split leaves no {regime} {model} shape in train")
             probes.append(sorted(group)[len(group) // 2])
@@ -157,5 +220,5 @@ def probe_shapes() -> tuple[GemmShape, ...]:
 
 @functools.cache
 def shape_index() -> dict[GemmShape, int]:
-    """Row of each of the 88 shapes in :func:`all_shapes` (and in the cost model's table)."""
+    """Row of each grid shape in :func:`all_shapes` (and in the cost model's table)."""
     return {shape: i for i, shape in enumerate(all_shapes())}

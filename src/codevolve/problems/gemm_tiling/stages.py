@@ -4,26 +4,29 @@ The candidate only maps (M, N, K) to six integers inside the sandbox; every chec
 happens here, in trusted code, under the cost model.
 
 1. ``static``: parse the source (never run it) and check every literal config; then call the
-   candidate on all 88 shapes (each twice) plus unseen ones drawn fresh each evaluation, in a
-   fresh order. Every answer must be a valid, launchable config, the same each time a shape is
-   asked. Then, unless every answer the program can give is a literal just checked, the
-   legality sweep (sweep.py): every M up to 16384 for every projection, and fresh (N, K) pairs.
-   Score 1.0 on pass.
-2. ``probe``: six train shapes (each regime, both models); geomean speedup over the expert. A child
-   must keep 90% of its parent's probe score: losing more than that on a spread of regimes
-   rarely turns into a gain over all 44 train shapes, and it saves the larger call.
-3. ``train``: the 44 train shapes and the 96 validation shapes (every projection at token counts
-   the grid lacks, none of them held out: shapes.validation_shapes), scored together and shown to
-   proposers as per-shape cases. The 44 test shapes are scored in the same call but only reported
-   as held-out metrics. The validation shapes are there because the train shapes leave parts of
-   the shape space unreached: a rule that only held-out shapes take would never be judged.
-   ``train_score`` (the 44 train shapes alone) is what the run report calls the train figure.
+   candidate on the seen projections' grid shapes (each twice) plus unseen ones drawn fresh each
+   evaluation, in a fresh order. Every answer must be a valid, launchable config, the same each
+   time a shape is asked. Then, unless every answer the program can give is a literal just
+   checked, the legality sweep (sweep.py): every M up to 16384 for every seen projection, and
+   fresh (N, K) pairs. Score 1.0 on pass. The held-out families' projections are asked in the
+   train stage only, where an error does not name the shape.
+2. ``probe``: six train shapes (each regime, two Llama models); geomean speedup over the expert.
+   A child must keep 90% of its parent's probe score: losing more than that on a spread of
+   regimes rarely turns into a gain over all train shapes, and it saves the larger call.
+3. ``train``: the train shapes and the validation shapes (the seen projections at token counts
+   the grid lacks: shapes.validation_shapes), scored together and shown to proposers as
+   per-shape cases. Both test splits (the held-out families' projections, and the seen
+   projections at the grid M values train lacks) are scored in the same call but only reported
+   as held-out metrics; ``heldout.score`` is the unseen projections' figure. The validation
+   shapes are there because the train shapes leave parts of the shape space unreached: a rule
+   that only held-out shapes take would never be judged. ``train_score`` (the train shapes
+   alone) is what the run report calls the train figure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,15 +50,7 @@ from codevolve.problems.gemm_tiling.baselines import (
     score_configs,
 )
 from codevolve.problems.gemm_tiling.literal_answers import only_literal_answers
-from codevolve.problems.gemm_tiling.shapes import (
-    PROJECTIONS,
-    GemmShape,
-    all_shapes,
-    heldout_shapes,
-    probe_shapes,
-    train_shapes,
-    validation_shapes,
-)
+from codevolve.problems.gemm_tiling.shapes import GemmShape, Split, probe_shapes, tiling_split
 from codevolve.problems.gemm_tiling.space import GemmConfig
 from codevolve.problems.gemm_tiling.static_check import (
     ENTRY_POINT,
@@ -132,11 +127,13 @@ def configs_or_error(
     return configs
 
 
-def static_grid(rng: np.random.Generator) -> tuple[GemmShape, ...]:
-    """The 88 shapes and unseen ones (M 1..64, large powers of two, random M; known and fresh
-    (N, K) pairs, on the 128 grid and off it): about 400 calls, different each evaluation."""
+def static_grid(rng: np.random.Generator, split: Split) -> tuple[GemmShape, ...]:
+    """The seen projections' grid shapes and shapes off the grid (M 1..64, large powers of two,
+    random M; seen and fresh (N, K) pairs, on the 128 grid and off it): about 1,400 calls,
+    different each evaluation."""
     odd = [*EDGE_PAIRS, *odd_pairs(rng, UNSEEN_ODD_PAIRS)]
-    pairs = [(p.n, p.k) for p in PROJECTIONS] + fresh_pairs(rng, UNSEEN_PAIRS) + odd
+    seen = split.seen_grid
+    pairs = [*split.seen_pairs, *fresh_pairs(rng, UNSEEN_PAIRS), *odd]
 
     def any_pair() -> tuple[int, int]:
         return pairs[int(rng.integers(len(pairs)))]
@@ -148,11 +145,11 @@ def static_grid(rng: np.random.Generator) -> tuple[GemmShape, ...]:
         for m in rng.integers(65, MAX_UNSEEN_M + 1, size=UNSEEN_RANDOM_M)
     ]
     unseen += [GemmShape(m, n, k) for m in ODD_M for n, k in odd]
-    known = {(s.m, s.n, s.k) for s in all_shapes()}
+    known = {(s.m, s.n, s.k) for s in seen}
     fresh = sorted({s for s in unseen if (s.m, s.n, s.k) not in known})
-    # The 88 shapes twice, everything in a fresh order: a program whose answer depends on what
+    # The grid shapes twice, everything in a fresh order: a program whose answer depends on what
     # it was asked before (or on its position in the batch) is caught by impure_answers().
-    grid = [*all_shapes(), *fresh, *all_shapes()]
+    grid = [*seen, *fresh, *seen]
     return tuple(grid[i] for i in rng.permutation(len(grid)))
 
 
@@ -163,6 +160,7 @@ class StaticStage:
 
     name: str = "static"
     threshold: Threshold | None = None
+    split: Split = field(default_factory=tiling_split)
 
     def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
         issues = check_source(candidate.source)
@@ -172,7 +170,7 @@ class StaticStage:
             return StageResult(
                 stage=self.name, passed=False, score=None, error=f"static check: {shown}{more}"
             )
-        shapes = static_grid(rng)
+        shapes = static_grid(rng, self.split)
         configs = ask_configs(self.name, candidate, shapes)
         if isinstance(configs, StageResult):
             return configs
@@ -183,7 +181,7 @@ class StaticStage:
         swept = 0  # every answer is a literal the static check judged: nothing left to sweep
         legality = {LEGALITY: PROVEN, LEGALITY_NOTE: PROOF, LEGALITY_INPUTS: str(len(set(shapes)))}
         if not only_literal_answers(candidate.source):
-            parts = sweep_plan(shapes, np.random.default_rng(seed))
+            parts = sweep_plan(shapes, self.split.seen_pairs, np.random.default_rng(seed))
             asked = dict(zip(shapes, configs, strict=True))
             failure = sweep_problem(candidate, parts, seed=seed, asked=asked)
             if failure is not None:
@@ -204,10 +202,11 @@ class ProbeStage:
 
     name: str = "probe"
     threshold: Threshold | None = PROBE_THRESHOLD
+    split: Split = field(default_factory=tiling_split)
 
     def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
         del rng  # the probe shapes are fixed
-        shapes = probe_shapes()
+        shapes = probe_shapes(self.split.train)
         configs = ask_configs(self.name, candidate, shapes)
         if isinstance(configs, StageResult):
             return configs
@@ -219,29 +218,42 @@ class ProbeStage:
 
 @dataclass(frozen=True, slots=True)
 class TrainStage:
-    """Geomean speedup over the expert on the train and validation shapes; the test split
-    reported aside."""
+    """Geomean speedup over the expert on the train and validation shapes; the test splits
+    (unseen and seen projections) reported aside."""
 
     name: str = "train"
     threshold: Threshold | None = None
+    split: Split = field(default_factory=tiling_split)
 
     def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
         del rng  # the splits are fixed
-        train, validation, test = train_shapes(), validation_shapes(), heldout_shapes()
-        shapes = train + validation + test
-        configs = ask_configs(self.name, candidate, shapes, hidden=frozenset(test))
+        split = self.split
+        parts = (split.train, split.validation, split.unseen_test, split.seen_test)
+        shapes = tuple(s for part in parts for s in part)
+        hidden = frozenset(parts[2] + parts[3])
+        configs = ask_configs(self.name, candidate, shapes, hidden=hidden)
         if isinstance(configs, StageResult):
             return configs
         scores = score_configs(shapes, configs)
-        selected = len(train) + len(validation)
+        validation_from = len(parts[0])
+        unseen_from = validation_from + len(parts[1])
+        seen_from = unseen_from + len(parts[2])
         return _train_result(
-            self.name, scores[: len(train)], scores[len(train) : selected], scores[selected:]
+            self.name,
+            scores[:validation_from],
+            scores[validation_from:unseen_from],
+            test=(scores[unseen_from:seen_from], scores[seen_from:]),
         )
 
 
 def _train_result(
-    stage: str, train: list[ShapeScore], validation: list[ShapeScore], test: list[ShapeScore]
+    stage: str,
+    train: list[ShapeScore],
+    validation: list[ShapeScore],
+    *,
+    test: tuple[list[ShapeScore], list[ShapeScore]],
 ) -> StageResult:
+    """``test``: the unseen projections' scores, then the seen projections' held-out ones."""
     selection = train + validation
     speedup = geomean_speedup(selection)
     by_regime = {
@@ -256,11 +268,14 @@ def _train_result(
         "validation_over_oracle": geomean_over_oracle(validation),
         **{f"speedup_{regime}": value for regime, value in by_regime.items()},
     }
-    test_speedup = geomean_speedup(test)
+    unseen, seen = test
+    unseen_speedup = geomean_speedup(unseen)
     heldout = {
-        "score": test_speedup,  # the held-out mirror of the score, read by the run report
-        "test_speedup": test_speedup,
-        "test_over_oracle": geomean_over_oracle(test),
+        "score": unseen_speedup,  # the held-out mirror of the score, read by the run report
+        "unseen_speedup": unseen_speedup,
+        "unseen_over_oracle": geomean_over_oracle(unseen),
+        "seen_speedup": geomean_speedup(seen),
+        "seen_over_oracle": geomean_over_oracle(seen),
     }
     features = {
         "distinct_configs": float(len({s.config for s in train})),

@@ -1,15 +1,16 @@
-"""The legality sweep: every token count up to a bound, for every projection, asked in the sandbox.
+"""The legality sweep: every token count up to a bound, for every seen projection, in the sandbox.
 
-The static stage's grid asks about 490 shapes, so a config computed on a rare branch (taken only
-when ``M % 1000 == 999``, say) passes it, and fails at launch time in production. The sweep asks
-``choose_config`` about every M in 1..:data:`DENSE_MAX_M` for each projection's (N, K), every
-token count the problem serves (the 88 shapes reach 8192; prefill chunks of 16384 tokens are
+The static stage's grid asks about 1,400 shapes, so a config computed on a rare branch (taken
+only when ``M % 1000 == 999``, say) passes it, and fails at launch time in production. The sweep
+asks ``choose_config`` about every M in 1..:data:`DENSE_MAX_M` for each seen projection's (N, K)
+(shapes.seen_projections: the held-out families' are asked only where errors name no shape),
+every token count the problem serves (the grid reaches 8192; prefill chunks of 16384 tokens are
 common), plus seeded larger M up to :data:`LARGE_MAX_M`; fresh (N, K) pairs on the 128 grid (the
 grid's and :data:`FRESH_PAIRS` more) at every M up to :data:`FRESH_DENSE_MAX_M`, seeded M up to
 the bound and above it, and the M the grid asked of them; and pairs off the 128 grid, which no
 projection has (:data:`EDGE_PAIRS`: 1, small and large primes, odd sizes either side of a multiple
 of 128, up to N = 262144 and K = 65536; the grid's drawn ones and :data:`ODD_PAIRS` more), at every
-M up to :data:`ODD_DENSE_MAX_M` and seeded M above: about 164,000 shapes. Every answer must be
+M up to :data:`ODD_DENSE_MAX_M` and seeded M above: about 600,000 shapes. Every answer must be
 six ints from the value sets and launchable; the first that is not fails the program with its
 input named. What no finite sweep covers: M above the bound beyond the seeded samples, and (N, K)
 pairs other than the projections' and the drawn ones.
@@ -18,13 +19,13 @@ The calls are batched into one sandboxed child per projection, one for the fresh
 128 grid and one for those off it (each about 11,000-22,000 calls, so each child's CPU limit is
 spent on one part only). A child runs ``_sweep_harness.py``, which keeps the answers and sends
 back only where they change (per (N, K), the M of each change and the config from there on):
-the per-answer JSON of ~164,000 calls
-would cost several times the calls. Every distinct config is judged here.
+the per-answer JSON of ~600,000 calls would cost several times the calls. Every distinct config
+is judged here.
 
 The sweep asks each shape once, in a scrambled order. Its answers on the shapes the grid also
-asked (the 88 among them) must equal the grid's, which came from another process, another order
-and a batch of another size: a program whose answer depends on what it was asked before, or how
-often, fails as impure.
+asked (the seen grid shapes among them) must equal the grid's, which came from another process,
+another order and a batch of another size: a program whose answer depends on what it was asked
+before, or how often, fails as impure.
 
 Programs whose every answer is a literal that the static check judged
 (:func:`~codevolve.problems.gemm_tiling.literal_answers.only_literal_answers`) skip the sweep.
@@ -41,13 +42,13 @@ from importlib import resources
 import numpy as np
 
 from codevolve.core.problem import Candidate, JSONValue
-from codevolve.problems.gemm_tiling.shapes import PROJECTIONS, GemmShape
+from codevolve.problems.gemm_tiling.shapes import GemmShape
 from codevolve.problems.gemm_tiling.space import GemmConfig
 from codevolve.problems.gemm_tiling.static_check import ENTRY_POINT, impurity, judge_answer
 
 HARNESS_FILE = "_sweep_harness.py"
 HARNESS_ENTRY = "sweep"
-DENSE_MAX_M = 16384  # every M in 1..DENSE_MAX_M, for every projection
+DENSE_MAX_M = 16384  # every M in 1..DENSE_MAX_M, for every seen projection
 LARGE_MAX_M = 65536  # seeded M in (DENSE_MAX_M, LARGE_MAX_M], for every pair
 LARGE_M_PER_PAIR = 16
 FRESH_PAIRS = 12  # fresh (N, K) pairs drawn for the sweep, besides the grid's
@@ -130,8 +131,10 @@ def on_the_grid(pair: tuple[int, int]) -> bool:
     return pair[0] % 128 == 0 and pair[1] % 128 == 0
 
 
-def sweep_plan(grid: Sequence[GemmShape], rng: np.random.Generator) -> tuple[Part, ...]:
-    """One part per projection, one for the fresh pairs on the 128 grid (the grid's and
+def sweep_plan(
+    grid: Sequence[GemmShape], projections: Sequence[tuple[int, int]], rng: np.random.Generator
+) -> tuple[Part, ...]:
+    """One part per projection's (N, K), one for the fresh pairs on the 128 grid (the grid's and
     FRESH_PAIRS more) and one for the pairs off it (the grid's and ODD_PAIRS more)."""
     grid_ms: dict[tuple[int, int], list[int]] = {}
     for shape in grid:
@@ -140,7 +143,6 @@ def sweep_plan(grid: Sequence[GemmShape], rng: np.random.Generator) -> tuple[Par
     def larger() -> list[int]:
         return [int(m) for m in rng.integers(DENSE_MAX_M + 1, LARGE_MAX_M + 1, LARGE_M_PER_PAIR)]
 
-    projections = [(p.n, p.k) for p in PROJECTIONS]
     parts: list[Part] = [
         (SweptPair(n, k, DENSE_MAX_M, _above(DENSE_MAX_M, larger() + grid_ms.get((n, k), []))),)
         for n, k in projections

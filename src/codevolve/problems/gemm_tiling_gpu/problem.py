@@ -1,12 +1,13 @@
 """gemm-tiling-gpu: the gemm-tiling task, judged on a real GPU.
 
-Same program format, shapes, split and config space as gemm-tiling (its description is the
-task). The cascade starts on the cost model, on any CPU worker: static check, six-shape probe,
-the 44 train shapes under the model. A program whose model score keeps
-:data:`PROMOTION` of its parent's is promoted to the GPU stage, which times the trusted Triton
-kernel with the program's configs on the train shapes and on 96 validation shapes, the
-projections at token counts between the grid's (stages.py); its measured geomean speedup over the
-expert on those 140 shapes is the program's score. The validation shapes are never held out: they
+Same program format and config space as gemm-tiling; its shapes are the eight projections the
+H200 measured, two of them held out whole (split.py). The cascade starts on the cost model, on
+any CPU worker: static check, six-shape probe, the 66 train and 72 validation shapes under the
+model. A program whose model score keeps :data:`PROMOTION` of its parent's is promoted to the GPU
+stage, which times the trusted Triton kernel with the program's configs on the train shapes and
+on the validation shapes, the six seen projections at token counts between the grid's
+(stages.py); its measured geomean speedup over the expert on those 138 shapes is the program's
+score. The validation shapes are never held out: they
 make the GPU judge the rules that no train shape reaches. One evaluation thus crosses worker
 pools: the CPU part runs where capability "cpu" is served, the GPU part where "gpu" is.
 
@@ -30,10 +31,10 @@ import numpy as np
 from codevolve.core.problem import Baseline, FeatureSpec, Mutation, Stage, Threshold
 from codevolve.core.prompt import Prompt
 from codevolve.problems.gemm_tiling.baselines import geomean
-from codevolve.problems.gemm_tiling.problem import FEATURES, GemmTilingProblem
-from codevolve.problems.gemm_tiling.shapes import heldout_shapes, train_shapes
+from codevolve.problems.gemm_tiling.problem import FEATURES, GemmTilingProblem, describe
 from codevolve.problems.gemm_tiling.stages import ProbeStage, StaticStage, TrainStage
 from codevolve.problems.gemm_tiling_gpu.oracle import OracleEntry, load_oracle
+from codevolve.problems.gemm_tiling_gpu.split import gpu_split
 from codevolve.problems.gemm_tiling_gpu.stages import CASE_PREFIX, GpuTrainStage
 
 NAME = "gemm-tiling-gpu"
@@ -45,11 +46,12 @@ PROMOTION = Threshold(relative=0.97)
 class GemmTilingGpuProblem:
     def __init__(self) -> None:
         self._model = GemmTilingProblem()
+        split = gpu_split()
         self._stages: tuple[Stage, ...] = (
-            StaticStage(),
-            ProbeStage(),
-            TrainStage(threshold=PROMOTION),
-            GpuTrainStage(),
+            StaticStage(split=split),
+            ProbeStage(split=split),
+            TrainStage(threshold=PROMOTION, split=split),
+            GpuTrainStage(split=split),
         )
 
     @property
@@ -59,12 +61,12 @@ class GemmTilingGpuProblem:
     @property
     def description(self) -> str:
         return (
-            self._model.description
+            describe(gpu_split())
             + "\n\nThe final score is measured on a real GPU (an NVIDIA H200): the geomean over "
-            "the train shapes and 96 validation shapes (every projection at M = 2, 4, 8, 24, 48, "
-            "96, 192, 384, 768, 1536, 3072, 6144) of t_expert / t_chosen for the Triton kernel, "
-            "cold L2, timed alternately with cuBLAS. Programs reach the GPU only when their "
-            "cost-model score keeps 97% of their parent's."
+            "the train shapes and 72 validation shapes (every projection above at M = 2, 4, 8, "
+            "24, 48, 96, 192, 384, 768, 1536, 3072, 6144) of t_expert / t_chosen for the Triton "
+            "kernel, cold L2, timed alternately with cuBLAS. Programs reach the GPU only when "
+            "their cost-model score keeps 97% of their parent's."
         )
 
     @property
@@ -87,14 +89,15 @@ class GemmTilingGpuProblem:
         return tuple(MeasuredCasesMutation(m) for m in gemm_mutations(GPU_BAND_SHARE))
 
     def baselines(self) -> Sequence[Baseline]:
-        """Measured speedups over the expert of the stored oracle (train, test), if measured."""
+        """Measured speedups over the expert of the stored oracle (train, and test: the held-out
+        projections), if measured."""
         oracle = load_oracle()
         if oracle is None:
             return ()
         figures = []
         for name in ("tutorial", "inductor", "oracle"):  # "oracle": the report divides by it
             by_split = []
-            for split in (train_shapes(), heldout_shapes()):
+            for split in (gpu_split().train, gpu_split().unseen_test):
                 values = [_speedup(oracle.entries[s], name) for s in split]
                 by_split.append(geomean(values))
             label = name if name == "oracle" else f"gpu_{name}"

@@ -1,13 +1,13 @@
 """The GPU stage of gemm-tiling-gpu: the candidate's configs timed on a real GPU.
 
 The candidate runs only in the CPU sandbox and returns configs; the worker's device (a trusted
-process holding the GPU) checks and times the kernel with them. The stage selects on the 44 train
-shapes and the 96 validation shapes (the projections at token counts between the grid's, never
-held out: shapes.validation_shapes): on train alone, a rule that only held-out shapes reach is
-never timed, and its config can be anything (a GPU-evolved program once sent 8B.gate_up M=64 to a
-decode tile at 0.55 of the oracle that way). Per selection shape the device measures the
-candidate's config and the expert's, each alternating with cuBLAS; the shape's speedup is the
-ratio of the two cuBLAS-relative times, ``(t_expert / t_cublas) / (t_chosen / t_cublas')``, so
+process holding the GPU) checks and times the kernel with them. The stage selects on the 66 train
+shapes and the 72 validation shapes (the six seen projections at token counts between the grid's:
+split.py); the two held-out projections are timed and reported only. On train alone, a rule
+that only held-out shapes reach is never timed, and its config can be anything (a GPU-evolved
+program once sent 8B.gate_up M=64 to a decode tile at 0.55 of the oracle that way). Per
+selection shape the device measures the candidate's config and the expert's, each alternating
+with cuBLAS; the shape's speedup is the ratio of the two cuBLAS-relative times, ``(t_expert / t_cublas) / (t_chosen / t_cublas')``, so
 drift between the two measurements cancels. The device process caches measurements per (shape,
 config): a child that changes the config of three shapes costs three new measurements, and the
 expert is measured once per process.
@@ -19,7 +19,7 @@ fault (the device process is recycled).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,15 +28,11 @@ from codevolve.core.device import GPU, Device
 from codevolve.core.problem import TRAIN_SCORE, Candidate, Threshold
 from codevolve.core.program import CaseResult, StageResult
 from codevolve.problems.gemm_tiling.baselines import expert_config, geomean
-from codevolve.problems.gemm_tiling.shapes import (
-    GemmShape,
-    heldout_shapes,
-    train_shapes,
-    validation_shapes,
-)
+from codevolve.problems.gemm_tiling.shapes import M_VALUES, GemmShape, Split
 from codevolve.problems.gemm_tiling.space import GemmConfig
 from codevolve.problems.gemm_tiling.stages import ask_configs
 from codevolve.problems.gemm_tiling_gpu.oracle import load_oracle
+from codevolve.problems.gemm_tiling_gpu.split import gpu_split
 
 MEASURE_JOB = "gemm.measure"
 SAMPLES = 15  # timed reps per (shape, config) during evolution
@@ -81,6 +77,7 @@ class GpuTrainStage:
     threshold: Threshold | None = None
     capability: str = GPU
     samples: int = SAMPLES
+    split: Split = field(default_factory=gpu_split)
 
     def run(self, candidate: Candidate, rng: np.random.Generator) -> StageResult:
         del candidate, rng
@@ -88,8 +85,8 @@ class GpuTrainStage:
         return StageResult(stage=self.name, passed=False, score=None, error=error)
 
     def run_on(self, candidate: Candidate, device: Device, rng: np.random.Generator) -> StageResult:
-        selection = train_shapes() + validation_shapes()
-        test = heldout_shapes()
+        selection = self.split.train + self.split.validation
+        test = self.split.unseen_test
         shapes = selection + test
         configs = ask_configs(self.name, candidate, shapes, hidden=frozenset(test))
         if isinstance(configs, StageResult):
@@ -174,7 +171,8 @@ def _result(
     device_index: int,
 ) -> StageResult:
     speedup = geomean(t.speedup for t in timings)
-    train = set(train_shapes())
+    # Train shapes sit on the grid's token counts; validation shapes between them.
+    train = {t.shape for t in timings if t.shape.m in M_VALUES}
     metrics = {
         "gpu_speedup": speedup,
         # The train split alone, measured; it replaces the cost model's train_score (later stages
