@@ -7,8 +7,9 @@ split.py); the two held-out projections are timed and reported only. On train al
 that only held-out shapes reach is never timed, and its config can be anything (a GPU-evolved
 program once sent 8B.gate_up M=64 to a decode tile at 0.55 of the oracle that way). Per
 selection shape the device measures the candidate's config and the expert's, each alternating
-with cuBLAS; the shape's speedup is the ratio of the two cuBLAS-relative times, ``(t_expert / t_cublas) / (t_chosen / t_cublas')``, so
-drift between the two measurements cancels. The device process caches measurements per (shape,
+with cuBLAS; the shape's speedup is the ratio of the two cuBLAS-relative times,
+``(t_expert / t_cublas) / (t_chosen / t_cublas')``, so drift between the two measurements
+cancels. The device process caches measurements per (shape,
 config): a child that changes the config of three shapes costs three new measurements, and the
 expert is measured once per process.
 
