@@ -30,7 +30,7 @@ class Projection:
 
     @property
     def model(self) -> str:
-        return self.name.split(".")[0]
+        return self.name.rsplit(".", 1)[0]
 
 
 # Llama-3.1 (meta-llama/llama-models, models/llama3_1): head dim 128, 8 kv heads throughout.

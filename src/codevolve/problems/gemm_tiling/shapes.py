@@ -63,7 +63,7 @@ class GemmShape:
     @property
     def model(self) -> str:
         """The model part of the projection's name, e.g. "8B", "70B_tp8" or "unseen"."""
-        return self.projection.split(".")[0]
+        return self.projection.rsplit(".", 1)[0]
 
     @property
     def regime(self) -> str:
@@ -90,6 +90,7 @@ class Split:
     validation: tuple[GemmShape, ...]  # seen projections at M the grid lacks; selected on
     seen_test: tuple[GemmShape, ...]  # seen projections at grid M that train lacks; reported
     unseen_test: tuple[GemmShape, ...]  # held-out projections at every grid M; reported
+    seen_pairs: tuple[tuple[int, int], ...]  # the seen projections' (N, K), in catalogue order
 
     @property
     def test(self) -> tuple[GemmShape, ...]:
@@ -100,11 +101,6 @@ class Split:
     def seen_grid(self) -> tuple[GemmShape, ...]:
         """The seen projections at every grid M: train and the seen test split."""
         return tuple(sorted(self.train + self.seen_test))
-
-    @property
-    def seen_pairs(self) -> tuple[tuple[int, int], ...]:
-        """The seen projections' (N, K), in order: every one has validation shapes."""
-        return tuple(sorted({(s.n, s.k) for s in self.validation}))
 
 
 def grid_of(projections: Sequence[Projection], ms: Sequence[int]) -> tuple[GemmShape, ...]:
@@ -140,6 +136,7 @@ def split_projections(
         validation=grid_of(seen, VALIDATION_M_VALUES),
         seen_test=tuple(sorted(seen_test)),
         unseen_test=grid_of(held_out, M_VALUES),
+        seen_pairs=tuple((p.n, p.k) for p in seen),
     )
 
 

@@ -37,7 +37,7 @@ def table() -> Table:
     time_table.cache_clear()
     start = time.perf_counter()
     computed = time_table()
-    assert time.perf_counter() - start < 5.0  # seconds; about 0.5 on a laptop core
+    assert time.perf_counter() - start < 20.0  # seconds; about 3 on a laptop core (583 shapes)
     return computed
 
 
@@ -49,8 +49,10 @@ def _expert_over_oracle(table: Table) -> dict[GemmShape, float]:
     return ratios
 
 
-def test_table_is_88_by_6000_with_inf_exactly_where_configs_cannot_launch(table: Table) -> None:
-    assert table.shape == (88, 6000)
+def test_table_is_a_row_per_grid_shape_with_inf_exactly_where_configs_cannot_launch(
+    table: Table,
+) -> None:
+    assert table.shape == (len(all_shapes()), 6000) == (583, 6000)
     launchable = config_space().launchable
     assert np.all(np.isfinite(table[:, launchable]))
     assert np.all(table[:, launchable] > 0)
@@ -71,7 +73,9 @@ def test_decode_on_large_n_is_bound_by_reading_the_weights_and_many_configs_tie(
     table: Table,
 ) -> None:
     for row, shape in enumerate(all_shapes()):
-        if shape.m > 16 or shape.n < 6144:
+        # K < 1024 (Mixtral-8x22B_tp8.o, 9 MB of weights): a short K loop, so launch and the
+        # pipeline's prologue dominate, not the weights (research/gemm_gpu.md section 0).
+        if shape.m > 16 or shape.n < 6144 or shape.k < 1024:
             continue
         best = table[row].min()
         weights_us = 1e6 * 2 * shape.n * shape.k / HBM_BYTES_PER_S
@@ -121,7 +125,7 @@ def test_no_config_beats_the_roofline(table: Table) -> None:
 
 
 def test_more_tokens_never_run_faster_under_the_same_config(table: Table) -> None:
-    per_projection = table.reshape(len(PROJECTIONS), len(M_VALUES), -1)  # (8, 11, 6000)
+    per_projection = table.reshape(len(PROJECTIONS), len(M_VALUES), -1)  # (53, 11, 6000)
     steps = np.diff(per_projection[..., config_space().launchable], axis=1)
     assert np.all(steps >= 0)
 

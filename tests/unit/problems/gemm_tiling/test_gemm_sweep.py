@@ -15,7 +15,7 @@ import pytest
 
 from codevolve.core.problem import LEGALITY, LEGALITY_INPUTS, PROVEN, TESTED
 from codevolve.core.program import StageResult
-from codevolve.problems.gemm_tiling.shapes import PROJECTIONS
+from codevolve.problems.gemm_tiling.shapes import tiling_split
 from codevolve.problems.gemm_tiling.stages import StaticStage, static_grid
 from codevolve.problems.gemm_tiling.sweep import (
     DENSE_MAX_M,
@@ -34,7 +34,8 @@ from tests.unit.problems.gemm_tiling.test_gemm_problem import (
     InProcessCandidate,
 )
 
-KNOWN_N = "(6144, 4096, 28672, 1280, 7168, 8192)"  # every projection's N
+SEEN_PAIRS = tiling_split().seen_pairs
+KNOWN_N = str(tuple(sorted({n for n, _ in SEEN_PAIRS})))  # every seen projection's N
 BAD = "GemmConfig(256, 256, 128, 4, 5, 8)"  # needs 552 registers a thread
 CANNOT_LAUNCH = f"returned {BAD}, which cannot launch: needs 552 registers per thread (max 255)"
 KNOWN_GOOD = sorted(
@@ -86,7 +87,7 @@ def test_a_rare_branch_of_an_unseen_pair_is_caught_on_a_fresh_pair() -> None:
     )
     match = re.fullmatch(r"choose_config\(300, (\d+), (\d+)\) (.*)", error)
     assert match is not None, error
-    assert int(match[1]) not in {p.n for p in PROJECTIONS} and int(match[1]) % 128 == 0
+    assert int(match[1]) not in {n for n, _ in SEEN_PAIRS} and int(match[1]) % 128 == 0
     assert match[3] == CANNOT_LAUNCH
 
 
@@ -187,7 +188,7 @@ def test_an_honest_computed_program_is_swept_and_passes() -> None:
     )
     result = _static(source)
     assert result.passed and result.score == 1.0, result.error
-    assert int(result.artifacts["swept_shapes"]) >= len(PROJECTIONS) * DENSE_MAX_M
+    assert int(result.artifacts["swept_shapes"]) >= len(SEEN_PAIRS) * DENSE_MAX_M
     # Not proven: the report says how many inputs it was tested on (every grid shape is swept).
     assert result.artifacts[LEGALITY] == TESTED
     assert result.artifacts[LEGALITY_INPUTS] == result.artifacts["swept_shapes"]
@@ -205,20 +206,20 @@ def test_the_initial_program_passes_without_a_sweep() -> None:
     assert result.passed and result.artifacts["swept_shapes"] == "0"
     # Proven for every input; the distinct shapes of the grid were asked as well.
     assert result.artifacts[LEGALITY] == PROVEN
-    distinct = len(set(static_grid(np.random.default_rng(0))))
+    distinct = len(set(static_grid(np.random.default_rng(0), tiling_split())))
     assert result.artifacts[LEGALITY_INPUTS] == str(distinct)
 
 
 def test_the_plan_covers_every_m_up_to_the_bound_for_every_projection() -> None:
     rng = np.random.default_rng(3)
-    grid = static_grid(rng)
-    parts = sweep_plan(grid, rng)
+    grid = static_grid(rng, tiling_split())
+    parts = sweep_plan(grid, SEEN_PAIRS, rng)
     *projection_parts, fresh, odd = parts
-    assert [(pair.n, pair.k) for (pair,) in projection_parts] == [(p.n, p.k) for p in PROJECTIONS]
+    assert [(pair.n, pair.k) for (pair,) in projection_parts] == list(SEEN_PAIRS)
     for (pair,) in projection_parts:
         assert pair.dense_to == DENSE_MAX_M
         assert pair.extra and all(DENSE_MAX_M < m <= LARGE_MAX_M for m in pair.extra)
-    grid_pairs = {(s.n, s.k) for s in grid} - {(p.n, p.k) for p in PROJECTIONS}
+    grid_pairs = {(s.n, s.k) for s in grid} - set(SEEN_PAIRS)
     on_grid = {pair for pair in grid_pairs if on_the_grid(pair)}
     assert on_grid <= {(pair.n, pair.k) for pair in fresh}
     assert len(fresh) >= len(on_grid) + FRESH_PAIRS - 1  # a drawn pair may repeat one
