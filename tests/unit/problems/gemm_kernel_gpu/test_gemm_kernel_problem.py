@@ -27,7 +27,7 @@ from codevolve.problems.gemm_kernel_gpu.stages import (
     probe_stage,
 )
 from codevolve.problems.gemm_kernel_gpu.static_check import check_source
-from codevolve.problems.gemm_tiling.shapes import heldout_shapes, train_shapes
+from codevolve.problems.gemm_tiling.shapes import heldout_shapes, train_shapes, unseen_shapes
 from codevolve.problems.registry import get_problem
 from codevolve.prompt_sampler.search_replace import apply_answer
 from tests.unit.evaluator_workers.test_cascade_handoff import FakeCandidate
@@ -179,12 +179,21 @@ def _timings(ratios: list[float]) -> list[dict[str, Any]]:
 def test_the_gpu_stage_scores_train_and_validation_and_holds_test_out() -> None:
     stage = full_stage()
     scored, held = len(stage.shapes), len(heldout_shapes())
+    assert (scored, held, stage.unseen) == (187 + 408, 187 + 209, 209)
+    # The held-out families' projections come first among the held-out shapes, and no (N, K)
+    # of theirs is timed for the score.
+    unseen = {(s.n, s.k) for s in stage.heldout[: stage.unseen]}
+    assert unseen == {(s.n, s.k) for s in unseen_shapes()}
+    assert unseen.isdisjoint((s.n, s.k) for s in stage.shapes)
     value = {"device": {"name": "H200"}, "load_error": "", "problems": []}
-    value["timings"] = _timings([0.8] * scored + [0.5] * held)
+    value["timings"] = _timings([0.8] * scored + [0.5] * stage.unseen + [0.6] * (held - 209))
     device = FakeDevice(DeviceReply(value=value))
     result = stage.run_on(FakeCandidate(INITIAL), device, np.random.default_rng(0))
     assert result.passed and result.score == pytest.approx(0.8)
     assert result.heldout["score"] == pytest.approx(0.5)
+    assert result.heldout["unseen_vs_cublas"] == pytest.approx(0.5)
+    assert result.heldout["seen_vs_cublas"] == pytest.approx(0.6)
+    assert result.heldout["test_worst_vs_cublas"] == pytest.approx(0.5)
     assert result.metrics["train_score"] == pytest.approx(0.8)
     assert len(result.cases) == scored and all(c.key.startswith("gpu M=") for c in result.cases)
     assert set(result.features) == {"decode_vs_cublas", "prefill_vs_cublas", "mid_vs_cublas"}

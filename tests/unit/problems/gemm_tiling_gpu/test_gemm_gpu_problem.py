@@ -13,13 +13,10 @@ from codevolve.core.device import CPU, GPU, DeviceReply, capability_of
 from codevolve.core.problem import JSONValue
 from codevolve.core.program import CaseResult
 from codevolve.core.prompt import BestCase, ProgramView, Prompt
+from codevolve.problems.gemm_tiling.catalogue import MEASURED
 from codevolve.problems.gemm_tiling.errors import GemmTilingError
-from codevolve.problems.gemm_tiling.shapes import (
-    all_shapes,
-    heldout_shapes,
-    train_shapes,
-    validation_shapes,
-)
+from codevolve.problems.gemm_tiling.problem import describe
+from codevolve.problems.gemm_tiling.shapes import M_VALUES, all_shapes, grid_of
 from codevolve.problems.gemm_tiling.space import GemmConfig
 from codevolve.problems.gemm_tiling_gpu.oracle import (
     candidate_configs,
@@ -35,6 +32,7 @@ from codevolve.problems.gemm_tiling_gpu.problem import (
     GemmTilingGpuProblem,
     measured_view,
 )
+from codevolve.problems.gemm_tiling_gpu.split import gpu_split
 from codevolve.problems.gemm_tiling_gpu.stages import GpuTrainStage
 from codevolve.problems.registry import get_problem
 from tests.unit.evaluator_workers.gpu import fake_device_jobs
@@ -69,7 +67,10 @@ def test_the_cascade_runs_the_cost_model_on_cpu_then_promotes_to_the_gpu() -> No
     assert [s.name for s in stages] == ["static", "probe", "train", "gpu"]
     assert [capability_of(s) for s in stages] == [CPU, CPU, CPU, GPU]
     assert stages[2].threshold == PROMOTION
-    assert problem.description.startswith(get_problem("gemm-tiling").description)
+    assert problem.description.startswith(describe(gpu_split()))
+    # The task names the six seen projections and never a held-out one.
+    assert "8B.qkv: N=6144, K=4096" in problem.description
+    assert not [s for s in gpu_split().unseen_test if s.projection in problem.description]
 
 
 def test_the_gpu_stage_scores_measured_speedup_over_the_expert_and_records_the_device() -> None:
@@ -78,38 +79,53 @@ def test_the_gpu_stage_scores_measured_speedup_over_the_expert_and_records_the_d
     assert result.passed and result.score is not None
     assert abs(result.score - 1.0) < 1e-12  # the expert against itself
     rows = device.payloads[0]["pairs"]
-    assert len(rows) == 2 * len(train_shapes() + validation_shapes() + heldout_shapes())
+    split = gpu_split()
+    assert len(rows) == 2 * len(split.train + split.validation + split.unseen_test)
     assert result.artifacts["device_index"] == "5"
     assert {"gpu_speedup", "gpu_vs_cublas", "gpu_speedup_decode"} <= set(result.metrics)
     assert {"train_score", "gpu_speedup_validation"} <= set(result.metrics)
     assert "score" in result.heldout  # the held-out split is measured, reported, not scored
     assert all(case.key.startswith("gpu M=") for case in result.cases)
     scored = {case.key.removeprefix("gpu ") for case in result.cases}
-    assert scored == {s.key for s in train_shapes() + validation_shapes()}
-    assert scored.isdisjoint(s.key for s in heldout_shapes())
+    assert scored == {s.key for s in split.train + split.validation}
+    assert scored.isdisjoint(s.key for s in split.unseen_test)
 
 
-# Answers like the expert on every shape but 8B.gate_up with 33 <= M <= 64, where it returns a
-# tiny tile: no train shape reaches that rule (the split holds 8B.gate_up M=64 out), the
-# validation shape 8B.gate_up M=48 does.
+def test_the_split_holds_out_two_whole_measured_projections() -> None:
+    split = gpu_split()
+    held_out = {s.projection for s in split.unseen_test}
+    assert held_out == {"8B.gate_up", "70B_tp8.gate_up"}  # one per model, drawn with SPLIT_SEED
+    unseen = {(s.n, s.k) for s in split.unseen_test}
+    assert unseen.isdisjoint((s.n, s.k) for s in split.train + split.validation)
+    assert len(split.train) == 6 * 11 and len(split.validation) == 6 * 12
+    assert not split.seen_test
+    assert {(p.n, p.k) for p in MEASURED} == set(split.seen_pairs) | unseen
+
+
+# Answers like the expert on every shape but 70B_tp8.o with 32 < M <= 64, where it returns a
+# tiny tile: no train shape reaches that rule (train has M = 32 and 64 only), the validation
+# shape 70B_tp8.o M=48 does.
 UNREACHED_RULE = EXPERT_SOURCE.replace(
     "    if M <= 32:",
-    "    if N == 28672 and 32 < M <= 64:\n        return GemmConfig(16, 16, 128, 1, 5, 4)\n"
+    "    if N == 8192 and K == 1024 and 32 < M < 64:\n"
+    "        return GemmConfig(16, 16, 128, 1, 5, 4)\n"
     "    if M <= 32:",
 )
 
 
 def test_a_rule_no_train_shape_reaches_is_still_timed_and_scored_by_the_gpu_stage() -> None:
-    reached = [s for s in train_shapes() if s.n == 28672 and 32 < s.m <= 64]
+    split = gpu_split()
+    reached = [s for s in split.train if s.n == 8192 and s.k == 1024 and 32 < s.m < 64]
     assert reached == []  # the premise: the train split leaves this rule unjudged
-    assert [s.m for s in validation_shapes() if s.n == 28672 and 32 < s.m <= 64] == [48]
+    ms = [s.m for s in split.validation if s.n == 8192 and s.k == 1024 and 32 < s.m < 64]
+    assert ms == [48]
     rng = np.random.default_rng(0)
     result = GpuTrainStage().run_on(FakeCandidate(UNREACHED_RULE), FakeDevice(), rng)
     assert result.passed and result.score is not None
     assert result.metrics["train_score"] == pytest.approx(1.0)
     assert result.metrics["gpu_speedup_validation"] < 0.99
     assert result.score < 1.0
-    slow = next(c for c in result.cases if c.key == "gpu M=48 N=28672 K=4096")
+    slow = next(c for c in result.cases if c.key == "gpu M=48 N=8192 K=1024")
     assert slow.detail == str(GemmConfig(16, 16, 128, 1, 5, 4))
 
 
@@ -152,7 +168,7 @@ def test_the_stored_oracle_names_its_gpu_and_method_and_covers_every_shape() -> 
     oracle = load_oracle()
     assert oracle is not None
     assert oracle.gpu == "NVIDIA H200" and "autotune" in oracle.method
-    assert set(oracle.entries) == set(all_shapes())
+    assert set(oracle.entries) == set(grid_of(MEASURED, M_VALUES))
     for entry in oracle.entries.values():
         times = dict(entry.measured)
         assert entry.config in times  # the oracle's config was measured like every candidate
