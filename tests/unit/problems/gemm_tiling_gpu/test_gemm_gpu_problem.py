@@ -91,6 +91,18 @@ def test_the_gpu_stage_scores_measured_speedup_over_the_expert_and_records_the_d
     assert scored.isdisjoint(s.key for s in split.unseen_test)
 
 
+def test_the_cost_model_stage_reports_the_held_out_projections_and_no_seen_test() -> None:
+    train = (
+        get_problem("gemm-tiling-gpu")
+        .stages[2]
+        .run(FakeCandidate(EXPERT_SOURCE), np.random.default_rng(0))
+    )
+    assert train.passed, train.error
+    assert train.heldout["score"] == pytest.approx(1.0)  # the expert against itself
+    assert set(train.heldout) == {"score", "unseen_speedup", "unseen_over_oracle"}
+    assert len(train.cases) == 66 + 72
+
+
 def test_the_split_holds_out_two_whole_measured_projections() -> None:
     split = gpu_split()
     held_out = {s.projection for s in split.unseen_test}
