@@ -23,10 +23,9 @@ def test_a_job_of_a_problem_without_an_export_is_one_line_naming_it(
         assert outcome.returncode == 2
         assert outcome.error_line == (
             f"error: job {job_id} is a job of gemm-tiling, which has no export as "
-            "decompositions; `codevolve export` exports matmul-tensor jobs (--format "
-            "decompositions), gemm-kernel-gpu jobs (--format triton), KernelBench, gemm-tiling "
-            f"and gemm-tiling-gpu jobs (--format module); `codevolve best {job_id}` prints its "
-            "best program"
+            "decompositions; `codevolve export` exports gemm-kernel-gpu jobs (--format triton), "
+            "gemm-tiling, gemm-tiling-gpu and KernelBench jobs (--format module), matmul-tensor "
+            f"jobs (--format decompositions); `codevolve best {job_id}` prints its best program"
         )
         assert outcome.stdout == ""
     assert not out.exists()

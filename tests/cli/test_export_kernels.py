@@ -167,7 +167,7 @@ def test_the_exported_figures_are_the_harnesss() -> None:
     """The module carries the harness's tolerance and workspace size as numbers (it must run
     without codevolve): they follow the harness when it changes."""
     from codevolve.evaluator_workers.gpu import gemm_bench, kernel_bench
-    from codevolve.services.cli.export import triton_module
+    from codevolve.problems.gemm_kernel_gpu import export as triton_module
 
     assert triton_module.RTOL == gemm_bench.RTOL
     assert triton_module.ATOL_OF_RMS == gemm_bench.ATOL_OF_RMS
@@ -241,12 +241,13 @@ def test_a_job_of_another_problem_is_refused(migrated_sqlite_url: str, tmp_path:
     out = tmp_path / "x.py"
     as_module = codevolve("export", kernel, "--format", "module", "--db", _db(tmp_path))
     assert as_module.returncode == 2
-    assert "is a job of gemm-kernel-gpu, not of a KernelBench problem" in as_module.error_line
+    assert "is a job of gemm-kernel-gpu, which has no export as module" in as_module.error_line
     as_triton = codevolve(
         "export", kernelbench, "--format", "triton", "--db", _db(tmp_path), "--out", str(out)
     )
     assert as_triton.returncode == 2
-    assert "--format triton exports gemm-kernel-gpu jobs" in as_triton.error_line
+    assert "which has no export as triton" in as_triton.error_line
+    assert "exports gemm-kernel-gpu jobs (--format triton)" in as_triton.error_line
     assert not out.exists()
 
 

@@ -30,3 +30,4 @@ def _info(payload: Any) -> Any:
 
 
 JOBS: dict[str, Callable[[Any], Any]] = {"wild": _wild, "info": _info}
+TARGETS = {name: f"{__name__}:{function.__name__}" for name, function in JOBS.items()}

@@ -154,12 +154,18 @@ def matmul(x, w, y, workspace, num_sms):
 """
 
 
-def test_a_kernel_that_hangs_is_ended_and_the_device_keeps_serving() -> None:
-    from codevolve.evaluator_workers.gpu.device_process import DeviceProcess
-    from codevolve.evaluator_workers.gpu.pinning import visible_gpus
+def _device() -> Any:
+    """A device process on the first visible GPU, serving the problems' device jobs."""
+    from codevolve.evaluator_workers.gpu.pinning import open_devices, visible_gpus
+    from codevolve.problems import registry
 
+    (device,) = open_devices(visible_gpus()[:1], registry.device_jobs().values())
+    return device
+
+
+def test_a_kernel_that_hangs_is_ended_and_the_device_keeps_serving() -> None:
     payload = {"source": HANG, "shapes": [[16, 256, 256]], "seed": 0}
-    with DeviceProcess(visible_gpus()[0]) as device:
+    with _device() as device:
         hang = device.run("kernel.measure", payload, timeout_s=60)
         assert hang.fault and "timed out" in hang.error, hang
         honest = {"source": _program(), "shapes": [[16, 256, 256]], "samples": 3}
@@ -180,12 +186,10 @@ class _Source:
 def test_the_problem_stages_judge_a_program_on_the_device() -> None:
     import numpy as np
 
-    from codevolve.evaluator_workers.gpu.device_process import DeviceProcess
-    from codevolve.evaluator_workers.gpu.pinning import visible_gpus
     from codevolve.problems.gemm_kernel_gpu.stages import probe_stage
 
     rng = np.random.default_rng(0)
-    with DeviceProcess(visible_gpus()[0]) as device:
+    with _device() as device:
         honest = probe_stage().run_on(_Source(_program("split_k")), device, rng)
         assert honest.passed, honest.error
         assert honest.score is not None and 0.2 < honest.score < 3.0

@@ -76,7 +76,9 @@ def test_a_device_fault_fails_its_job_and_the_next_runs_in_a_fresh_process() -> 
     from codevolve.evaluator_workers.gpu.pinning import visible_gpus
 
     gpu = visible_gpus()[0]
-    with DeviceProcess(gpu, jobs="tests.gpu.fault_jobs") as device:
+    from tests.gpu.fault_jobs import TARGETS
+
+    with DeviceProcess(gpu, jobs=TARGETS) as device:
         assert device.run("info", None, timeout_s=120).value == 1024.0
         wild = device.run("wild", None, timeout_s=120)
         assert wild.fault, wild
@@ -85,11 +87,12 @@ def test_a_device_fault_fails_its_job_and_the_next_runs_in_a_fresh_process() -> 
 
 
 def test_the_gemm_device_jobs_run_in_a_pinned_process() -> None:
-    from codevolve.evaluator_workers.gpu.device_process import DeviceProcess
-    from codevolve.evaluator_workers.gpu.pinning import visible_gpus
+    from codevolve.evaluator_workers.gpu.pinning import open_devices, visible_gpus
+    from codevolve.problems import registry
 
     gpu = visible_gpus()[0]
-    with DeviceProcess(gpu, index=int(gpu)) as device:
+    (device,) = open_devices([gpu], registry.device_jobs().values())
+    with device:
         info = device.run("info", {}, timeout_s=120)
         assert info.ok and info.value["index"] == int(gpu)
         payload = {"pairs": [[16, 4096, 4096, 16, 64, 128, 2, 4, 1]], "samples": 5}

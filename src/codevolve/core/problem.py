@@ -12,12 +12,12 @@ import ast
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 
 from codevolve.core.diff import Diff, Hunk
-from codevolve.core.program import StageResult
+from codevolve.core.program import Program, StageResult
 from codevolve.core.prompt import Prompt
 from codevolve.core.pysource import check_parses, parse_python
 
@@ -33,6 +33,23 @@ LEGALITY, LEGALITY_INPUTS, LEGALITY_NOTE = "legality", "legality_inputs", "legal
 PROVEN, TESTED = "proven", "tested"
 
 JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
+
+
+def legality_summary(program: Program) -> dict[str, Any] | None:
+    """Whether every answer of the program was proven legal or tested on a number of inputs, as
+    its evaluation recorded it; None for a problem (or a program) that records no such check."""
+    verdict = program.artifacts.get(LEGALITY)
+    inputs = program.artifacts.get(LEGALITY_INPUTS, "")
+    if verdict is None or not inputs.isdigit():
+        return None
+    count, note = int(inputs), program.artifacts.get(LEGALITY_NOTE, "")
+    proven = verdict == PROVEN
+    text = (
+        f"proven for every input ({note}); also tested on {count:,} inputs"
+        if proven
+        else f"tested on {count:,} inputs, not proven ({note})"
+    )
+    return {"proven": proven, "inputs": count, "note": note, "text": text}
 
 
 class SandboxErrorKind(StrEnum):

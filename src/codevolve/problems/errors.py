@@ -10,3 +10,8 @@ from codevolve.core.errors import CodevolveError
 
 class ProblemError(CodevolveError):
     """A built-in problem's own data or code broke an invariant."""
+
+
+class PluginError(ProblemError):
+    """An installed problem plug-in cannot be used: its entry point does not load, names
+    something that is not a plug-in, or claims a name or a device job another one has."""

@@ -1,54 +1,125 @@
-"""Built-in problems by name. Problems are built on request; importing this module does no work."""
+"""Problem plug-ins by name: the entry points of the group ``codevolve.problems``.
+
+Each entry point names a problem package's ``PLUGIN`` (core/plugin.py): the problems that ship
+are declared in ``pyproject.toml``, and a problem of another package declares its own in its
+distribution, so installing it is all it takes. The entry points come from the installed
+metadata: after ``pyproject.toml`` gains a problem, ``make install`` (``pip install -e .``)
+records it. Importing this module does no work; the plug-ins are read once per process, on
+first use, and a problem is built only when asked for.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from types import MappingProxyType
 
 from codevolve.core.errors import UnknownProblemError
+from codevolve.core.export import Exporter
+from codevolve.core.plugin import (
+    BUNDLE_PREFIX,
+    ENTRY_POINTS,
+    PLUGIN_ATTRIBUTE,
+    DeviceJob,
+    ProblemPlugin,
+)
 from codevolve.core.problem import Problem
+from codevolve.problems.errors import PluginError
 
 
-def _gemm_tiling() -> Problem:
-    from codevolve.problems.gemm_tiling.problem import GemmTilingProblem
-
-    return GemmTilingProblem()
-
-
-def _gemm_tiling_gpu() -> Problem:
-    from codevolve.problems.gemm_tiling_gpu.problem import GemmTilingGpuProblem
-
-    return GemmTilingGpuProblem()
-
-
-def _gemm_kernel_gpu() -> Problem:
-    from codevolve.problems.gemm_kernel_gpu.problem import GemmKernelGpuProblem
-
-    return GemmKernelGpuProblem()
-
-
-def _matmul_tensor() -> Problem:
-    from codevolve.problems.matmul_tensor.problem import MatmulTensorProblem
-
-    return MatmulTensorProblem()
+@functools.cache
+def plugins() -> Mapping[str, ProblemPlugin]:
+    """Every installed plug-in by name; PluginError names one that cannot be used."""
+    found: dict[str, ProblemPlugin] = {}
+    for entry in sorted(metadata.entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
+        plugin = _load(entry)
+        if plugin.name in found:
+            raise PluginError(f"problem plug-in {plugin.name!r} is installed twice ({entry.value})")
+        found[plugin.name] = plugin
+    if not found:
+        raise PluginError(
+            f"no problem plug-in is installed (entry points {ENTRY_POINTS!r}): install codevolve "
+            "with `make install` (pip install -e .) so that its problems are recorded"
+        )
+    _check_device_jobs(found.values())
+    return MappingProxyType(found)
 
 
-_FACTORIES: dict[str, Callable[[], Problem]] = {
-    "gemm-tiling": _gemm_tiling,
-    "matmul-tensor": _matmul_tensor,
-    "gemm-tiling-gpu": _gemm_tiling_gpu,
-    "gemm-kernel-gpu": _gemm_kernel_gpu,
-}
+def _load(entry: metadata.EntryPoint) -> ProblemPlugin:
+    where = f"entry point {entry.name} = {entry.value}"
+    try:
+        loaded = entry.load()
+    except (ImportError, AttributeError, SyntaxError) as exc:  # a broken or missing module
+        raise PluginError(
+            f"problem plug-in {entry.name!r} cannot be loaded ({where}): "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(loaded, ProblemPlugin):
+        raise PluginError(
+            f"problem plug-in {entry.name!r} ({where}) is a {type(loaded).__name__}, not a "
+            f"ProblemPlugin; a problem package binds {PLUGIN_ATTRIBUTE} = ProblemPlugin(...)"
+        )
+    if loaded.name != entry.name:
+        raise PluginError(
+            f"problem plug-in {entry.name!r} ({where}) is named {loaded.name!r}; the entry "
+            "point's name must be the plug-in's"
+        )
+    return loaded
+
+
+def _check_device_jobs(found: Iterable[ProblemPlugin]) -> None:
+    owners: dict[str, str] = {}
+    for plugin in found:
+        for job in plugin.device_jobs:
+            if job.name in owners:
+                raise PluginError(
+                    f"device job {job.name!r} is declared by the problem plug-ins "
+                    f"{owners[job.name]!r} and {plugin.name!r}"
+                )
+            if not job.module or not job.function:
+                raise PluginError(
+                    f"device job {job.name!r} of {plugin.name!r}: the target {job.target!r} is "
+                    "not 'package.module:function'"
+                )
+            owners[job.name] = plugin.name
 
 
 def problem_names() -> list[str]:
-    """Registered problem names, sorted."""
-    return sorted(_FACTORIES)
+    """Names of the problems users can run, sorted (formats left out)."""
+    return sorted(name for name, plugin in plugins().items() if not plugin.is_format)
+
+
+def get_plugin(name: str) -> ProblemPlugin:
+    """The plug-in of a problem users can run; UnknownProblemError lists the known names."""
+    plugin = plugins().get(name)
+    if plugin is None or plugin.is_format:
+        known = ", ".join(problem_names())
+        raise UnknownProblemError(f"unknown problem {name!r}; known problems: {known}")
+    return plugin
 
 
 def get_problem(name: str) -> Problem:
     """A fresh instance of the named problem; raises UnknownProblemError listing the known names."""
-    factory = _FACTORIES.get(name)
-    if factory is None:
-        known = ", ".join(problem_names())
-        raise UnknownProblemError(f"unknown problem {name!r}; known problems: {known}")
+    factory = get_plugin(name).problem
+    assert factory is not None  # get_plugin returns no format
     return factory()
+
+
+def serving(problem: str) -> tuple[ProblemPlugin, ...]:
+    """The plug-ins that serve a job of ``problem``: its own, or for an uploaded bundle
+    (``bundle:<sha256>``) the formats; empty for a name no plug-in serves."""
+    if problem.startswith(BUNDLE_PREFIX):
+        return tuple(p for p in plugins().values() if p.is_format)
+    plugin = plugins().get(problem)
+    return () if plugin is None or plugin.is_format else (plugin,)
+
+
+def device_jobs() -> dict[str, DeviceJob]:
+    """Every plug-in's device jobs by name: the table a device process serves."""
+    return {job.name: job for plugin in plugins().values() for job in plugin.device_jobs}
+
+
+def exporters() -> list[tuple[ProblemPlugin, Exporter]]:
+    """Every plug-in's exporters, plug-ins by name."""
+    return [(plugin, exporter) for plugin in plugins().values() for exporter in plugin.exporters]

@@ -36,6 +36,7 @@ from codevolve.evaluator_workers.cascade import run_cascade
 from codevolve.evaluator_workers.gpu.device_process import DeviceProcess
 from codevolve.evaluator_workers.sandbox import SandboxPool
 from codevolve.evaluator_workers.worker import _evaluate, run_worker
+from tests.unit.evaluator_workers.gpu import fake_device_jobs
 
 
 class FakeCandidate:
@@ -227,7 +228,7 @@ async def test_gemm_tiling_gpu_evolves_across_a_cpu_pool_and_a_gpu_pool(tmp_path
         job = await repository.create_job(session, config)
     problem = cached_problem("gemm-tiling-gpu")
     queue, stop = RoutingQueue(), asyncio.Event()
-    device = DeviceProcess(None, index=1, jobs="tests.unit.evaluator_workers.gpu.fake_device_jobs")
+    device = DeviceProcess(None, index=1, jobs=fake_device_jobs.TARGETS)
     try:
         with SandboxPool(size=2) as pool, device:
             async with asyncio.TaskGroup() as tg:

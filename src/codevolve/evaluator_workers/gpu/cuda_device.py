@@ -1,12 +1,14 @@
 """The CUDA device a device process holds, as every measurement taken on it records it.
 
 Imports torch, not Triton: the KernelBench judge describes its device with it too, and runs where
-Triton may be missing (``--gpus cpu``). Imported only in the device process.
+Triton may be missing (``--gpus cpu``). Imported only in the device process, which serves
+:func:`info_job` as its generic ``info`` job.
 """
 
 from __future__ import annotations
 
 import os
+import platform
 
 import torch
 
@@ -26,3 +28,22 @@ def cuda_device_info() -> dict[str, object]:
         "torch": torch.__version__,
         "cuda": str(torch.version.cuda),
     }
+
+
+def info_job(payload: object) -> dict[str, object]:
+    """The generic ``info`` device job: the device this process holds, with the libraries'
+    versions; a device process that sees no GPU (``--gpus cpu``) describes its CPU."""
+    del payload
+    if not torch.cuda.is_available():
+        return {
+            "type": "cpu",
+            "name": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        }
+    info = cuda_device_info()
+    try:
+        import triton
+    except ImportError:  # a KernelBench judge runs without Triton
+        return info
+    return {**info, "triton": triton.__version__}

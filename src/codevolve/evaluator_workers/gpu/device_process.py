@@ -6,6 +6,11 @@ device (as device 0). It lives across evaluations: Triton's compiled kernels and
 cache stay warm. When a job raises or the child dies or hangs, the reply is a fault, the child is
 killed and the next job starts a fresh one: a CUDA error is sticky for its context, so the process
 that saw it must not serve another program.
+
+The child serves a table of jobs, ``{name: "package.module:function"}``: the problems' device
+jobs (their plug-ins declare them; the composition root passes them in) and the generic ones
+(:data:`GENERIC_JOBS`). A job's module is imported on the job's first call, in the child only, so
+a device process never imports what its jobs do not need (Triton, for a KernelBench judge).
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ import multiprocessing
 import os
 import threading
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
+from types import ModuleType
 from typing import Any
 
 from codevolve.core.device import GPU, DeviceReply
@@ -25,7 +31,8 @@ from codevolve.core.problem import JSONValue
 
 log = logging.getLogger(__name__)
 
-GEMM_JOBS = "codevolve.evaluator_workers.gpu.gemm_jobs"  # module with a JOBS table
+# Jobs every device process serves: the device it holds, described.
+GENERIC_JOBS = {"info": "codevolve.evaluator_workers.gpu.cuda_device:info_job"}
 START_TIMEOUT_S = 120.0  # seconds: importing torch and creating a CUDA context
 MAX_ERROR_CHARS = 2000
 STOP_GRACE_S = 10.0  # seconds a child gets to exit on its own before it is killed
@@ -39,15 +46,16 @@ class DeviceProcess:
         gpu: str | None = "0",
         *,
         index: int = 0,
-        jobs: str = GEMM_JOBS,
+        jobs: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         """``gpu``: the GPU's id as CUDA_VISIBLE_DEVICES names it (None: leave it unset, for
-        fakes); ``index``: the number recorded with each evaluation; ``env``: more variables
-        for the child (``TRITON_INTERPRET=1`` for a device process on the CPU)."""
+        fakes); ``index``: the number recorded with each evaluation; ``jobs``: the jobs it
+        serves besides the generic ones, ``{name: "package.module:function"}``; ``env``: more
+        variables for the child (``TRITON_INTERPRET=1`` for a device process on the CPU)."""
         self._gpu = gpu
         self._index = index
-        self._jobs = jobs
+        self._jobs = {**GENERIC_JOBS, **(jobs or {})}
         self._env = dict(env or {})
         self._lock = threading.Lock()
         self._process: Any = None
@@ -138,37 +146,62 @@ class DeviceProcess:
         self._process, self._conn = None, None
 
 
-def _serve(conn: Connection, jobs_module: str, env: dict[str, str]) -> None:
-    """The child: pin, import the job table, answer jobs until the pipe closes or a job faults.
+class JobTable:
+    """The child's jobs: each module imported on its first job, and what it declares.
 
-    A job signals an expected failure by raising ``JobError`` from its module (the reply is an
-    error, the process lives on); anything else is a fault and ends the process. The module's
-    ``shutdown()``, if it has one, runs before the process ends (it stops helper processes).
+    A job module signals an expected failure by raising its ``JobError`` (the reply is an error,
+    the process lives on); anything else is a fault. Its ``shutdown()``, if it has one, runs
+    before the process ends (it stops helper processes), modules in the order they were loaded.
     """
-    os.environ.update(env)  # before the job module imports torch: the child sees one GPU
-    module = importlib.import_module(jobs_module)
-    jobs = module.JOBS
-    job_error = getattr(module, "JobError", None)
-    shutdown = getattr(module, "shutdown", lambda: None)
+
+    def __init__(self, targets: Mapping[str, str]) -> None:
+        self._targets = dict(targets)
+        self._modules: dict[str, ModuleType] = {}  # loaded so far, in order
+
+    def __contains__(self, job: object) -> bool:
+        return job in self._targets
+
+    def function(self, job: str) -> Callable[[Any], Any]:
+        module_name, _, function = self._targets[job].partition(":")
+        module = self._modules.get(module_name)
+        if module is None:
+            module = self._modules[module_name] = importlib.import_module(module_name)
+        found: Callable[[Any], Any] = getattr(module, function)
+        return found
+
+    def expected(self, job: str, exc: BaseException) -> bool:
+        module = self._modules.get(self._targets[job].partition(":")[0])
+        job_error = getattr(module, "JobError", None)
+        return isinstance(job_error, type) and isinstance(exc, job_error)
+
+    def shutdown(self) -> None:
+        for module in self._modules.values():
+            getattr(module, "shutdown", lambda: None)()
+
+
+def _serve(conn: Connection, jobs: Mapping[str, str], env: dict[str, str]) -> None:
+    """The child: pin, then answer jobs until the pipe closes or a job faults (JobTable)."""
+    os.environ.update(env)  # before a job module imports torch: the child sees one GPU
+    table = JobTable(jobs)
     while True:
         try:
             job, payload = conn.recv()
         except EOFError:
-            shutdown()
+            table.shutdown()
             return
-        if job not in jobs:
+        if job not in table:
             conn.send(("error", f"unknown device job {job!r}"))
             continue
         try:
-            conn.send(("ok", jobs[job](payload)))
+            conn.send(("ok", table.function(job)(payload)))
         except BaseException as exc:  # noqa: BLE001 - the device boundary: report, then die
             text = "".join(traceback.format_exception_only(exc)).strip()[:MAX_ERROR_CHARS]
-            if job_error is not None and isinstance(exc, job_error):
+            if table.expected(job, exc):
                 conn.send(("error", text))
                 continue
             conn.send(("fault", text))
             conn.close()
             try:
-                shutdown()  # the compile workers hold no CUDA state of ours: they end cleanly
+                table.shutdown()  # the compile workers hold no CUDA state of ours: they end cleanly
             finally:
                 os._exit(3)

@@ -1,17 +1,18 @@
 """The device jobs of the GEMM backend, as the device process runs them (torch and Triton here).
 
-Payloads and replies are plain data:
+The problems' plug-ins name them (``problems/gemm_tiling_gpu``, ``problems/gemm_kernel_gpu``);
+a device process imports this module on the first of them. Payloads and replies are plain data:
 
-- ``info``: ``{}`` -> the device's name, index, SM count, L2 size, library versions.
-- ``gemm.measure``: ``{"pairs": [[M, N, K, bm, bn, bk, warps, stages, group_m], ...],
-  "seed": int, "samples": int, "check": bool, "use_cache": bool}`` -> ``{"device": info,
-  "timings": [Timing as a dict, ...]}`` in the order of ``pairs``.
-- ``gemm.precompile``: ``{"configs": [[bm, bn, bk, warps, stages, group_m], ...],
-  "workers": int}`` -> ``{"errors": {"bm,bn,...": message}}``; compiles in parallel processes
-  into Triton's disk cache, so the first measurement of each config only loads it.
-- ``kernel.measure``: a candidate's own kernel module judged in a caged runner against cuBLAS
-  (kernel_jobs.py).
-- ``kb.judge``: a KernelBench-format candidate judged against its reference (kb_jobs.py).
+- ``gemm.measure`` (:func:`measure_job`): ``{"pairs": [[M, N, K, bm, bn, bk, warps, stages,
+  group_m], ...], "seed": int, "samples": int, "check": bool, "use_cache": bool}`` ->
+  ``{"device": info, "timings": [Timing as a dict, ...]}`` in the order of ``pairs``.
+- ``gemm.precompile`` (:func:`precompile_job`): ``{"configs": [[bm, bn, bk, warps, stages,
+  group_m], ...], "workers": int}`` -> ``{"errors": {"bm,bn,...": message}}``; compiles in
+  parallel processes into Triton's disk cache, so the first measurement of each config only
+  loads it.
+- ``kernel.measure`` (:func:`kernel_measure_job`): a candidate's own kernel module judged in a
+  caged runner against cuBLAS (kernel_jobs.py), its malformed payloads raised as this module's
+  :class:`JobError`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import functools
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -45,18 +45,13 @@ def _bench() -> GemmBench:
     return GemmBench(compile_workers=COMPILE_WORKERS)
 
 
-def _info(payload: Any) -> Any:
-    del payload
-    return device_info()
-
-
 def _config(values: Any) -> Config:
     if not isinstance(values, list) or len(values) != 6 or any(type(v) is not int for v in values):
         raise JobError(f"a config is six ints, not {values!r}")
     return (values[0], values[1], values[2], values[3], values[4], values[5])
 
 
-def _measure(payload: Any) -> Any:
+def measure_job(payload: Any) -> Any:
     if not isinstance(payload, dict) or not isinstance(payload.get("pairs"), list):
         raise JobError("gemm.measure needs a dict with a list 'pairs'")
     pairs = []
@@ -75,7 +70,7 @@ def _measure(payload: Any) -> Any:
     return {"device": device_info(), "timings": [timing_dict(t) for t in timings]}
 
 
-def _precompile(payload: Any) -> Any:
+def precompile_job(payload: Any) -> Any:
     if not isinstance(payload, dict) or not isinstance(payload.get("configs"), list):
         raise JobError("gemm.precompile needs a dict with a list 'configs'")
     configs = [_config(c) for c in payload["configs"]]
@@ -96,34 +91,15 @@ def shutdown() -> None:
     GEMM bench's, and the kernel jobs' helpers if a kernel job ran)."""
     if _bench.cache_info().currsize:
         _bench().close()
-    for name in ("kernel_jobs", "kb_jobs"):  # their helpers and runners, if one of them ran
-        module = sys.modules.get(f"codevolve.evaluator_workers.gpu.{name}")
-        if module is not None:
-            module.shutdown()
+    kernel_jobs = sys.modules.get("codevolve.evaluator_workers.gpu.kernel_jobs")
+    if kernel_jobs is not None:  # its helpers, if a kernel job ran
+        kernel_jobs.shutdown()
 
 
-def _kernel_measure(payload: Any) -> Any:
+def kernel_measure_job(payload: Any) -> Any:
     from codevolve.evaluator_workers.gpu import kernel_jobs  # starts runners: only when asked
 
     try:
         return kernel_jobs.measure_job(payload)
     except kernel_jobs.KernelJobError as exc:
         raise JobError(str(exc)) from exc
-
-
-def _kb_judge(payload: Any) -> Any:
-    from codevolve.evaluator_workers.gpu import kb_jobs  # loads candidates: only when asked
-
-    try:
-        return kb_jobs.judge_job(payload)
-    except kb_jobs.KbJobError as exc:
-        raise JobError(str(exc)) from exc
-
-
-JOBS: dict[str, Callable[[Any], Any]] = {
-    "info": _info,
-    "gemm.measure": _measure,
-    "gemm.precompile": _precompile,
-    "kernel.measure": _kernel_measure,
-    "kb.judge": _kb_judge,
-}

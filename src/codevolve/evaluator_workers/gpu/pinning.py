@@ -12,9 +12,10 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from codevolve.core.device import GPU, needed_capabilities
+from codevolve.core.plugin import DeviceJob
 from codevolve.evaluator_workers.errors import WorkerError
 from codevolve.evaluator_workers.gpu.device_process import DeviceProcess
 from codevolve.evaluator_workers.nvidia import query_gpus
@@ -22,9 +23,9 @@ from codevolve.evaluator_workers.nvidia import query_gpus
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 INDEX = "CODEVOLVE_DEVICE_INDEX"
 # ``--gpus cpu``: one device process that sees no GPU and runs the device jobs that can run on
-# a CPU (the KernelBench judge), to try a kernel problem or test the pipeline without a GPU.
+# a CPU (those declared ``cpu``: the KernelBench judge), to try a kernel problem or test the
+# pipeline without a GPU.
 CPU_DEVICE = "cpu"
-CPU_JOBS = "codevolve.evaluator_workers.gpu.kb_jobs"
 # Triton kernels run in Triton's interpreter there (numpy on the CPU: right, and slow).
 CPU_ENV = {"TRITON_INTERPRET": "1", "CODEVOLVE_KB_DEVICE": "cpu"}
 
@@ -80,13 +81,17 @@ def pinned_env(gpu: str, position: int, base: Mapping[str, str] | None = None) -
     return env
 
 
-def open_devices(gpus: Sequence[str]) -> list[DeviceProcess]:
-    """One device process per GPU (started lazily, on its first job); close each when done.
-    :data:`CPU_DEVICE` is a device process with every GPU hidden, serving the CPU's jobs."""
+def open_devices(gpus: Sequence[str], jobs: Iterable[DeviceJob]) -> list[DeviceProcess]:
+    """One device process per GPU serving ``jobs`` (the problems' device jobs; started lazily,
+    on its first job); close each when done. :data:`CPU_DEVICE` is a device process with every
+    GPU hidden, serving the jobs that run on a CPU."""
+    served = tuple(jobs)
+    targets = {job.name: job.target for job in served}
+    cpu_targets = {job.name: job.target for job in served if job.cpu}
     return [
-        DeviceProcess("", index=0, jobs=CPU_JOBS, env=CPU_ENV)
+        DeviceProcess("", index=0, jobs=cpu_targets, env=CPU_ENV)
         if gpu == CPU_DEVICE
-        else DeviceProcess(gpu, index=device_index(gpu, i))
+        else DeviceProcess(gpu, index=device_index(gpu, i), jobs=targets)
         for i, gpu in enumerate(gpus)
     ]
 

@@ -1,4 +1,5 @@
-"""Per-shape report of one program: what ``codevolve evaluate --problem gemm-tiling`` prints.
+"""Per-shape report of one program: what ``codevolve evaluate --problem gemm-tiling`` prints
+(the plug-in's per-case report, core/plugin.py: CaseReport).
 
 The candidate's ``choose_config`` runs in the sandbox (through the :class:`Candidate` handle) and
 returns plain values; validation, launchability and the cost model run here, in trusted code.
@@ -6,7 +7,7 @@ returns plain values; validation, launchability and the cost model run here, in 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from codevolve.core.problem import Candidate
@@ -28,6 +29,8 @@ from codevolve.problems.gemm_tiling.shapes import (
 from codevolve.problems.gemm_tiling.space import validate
 
 ENTRY_POINT = "choose_config"
+# M regimes (docs/gemm_tiling.md): decode reads the weights, prefill is compute bound.
+REGIMES = (("decode", 1, 16), ("mid", 17, 512), ("prefill", 513, 1 << 31))
 
 
 def parse_shapes(data: object) -> list[GemmShape]:
@@ -105,3 +108,42 @@ def shape_report(candidate: Candidate, shapes: Sequence[GemmShape] | None = None
         "launchable": sum(1 for r in rows if r["launchable"]),
         "count": len(rows),
     }
+
+
+def summary_lines(result: Mapping[str, Any]) -> list[str]:
+    """The report of :func:`shape_report` in a few lines: one per M regime, then all shapes."""
+    rows: Sequence[dict[str, Any]] = result["shapes"]
+    if not rows:
+        error = result.get("error")
+        return [f"shapes: not scored ({_one_line(error)})"] if error else []
+    lines = ["time of the best config (oracle) / time chosen, geomean; 1.0 is the oracle:"]
+    for name, low, high in REGIMES:
+        chosen = [row for row in rows if low <= row["M"] <= high]
+        if chosen:
+            lines.append(f"  {_regime_line(name, chosen)}")
+    lines.append(
+        f"  all: {result['count']} shapes, {result['launchable']} launchable, "
+        f"evolved {result['evolved_over_oracle']:.3f}, expert {result['expert_over_oracle']:.3f}, "
+        f"speedup over expert {result['speedup_over_expert']:.3f}"
+    )
+    return lines
+
+
+def _regime_line(name: str, rows: Sequence[dict[str, Any]]) -> str:
+    evolved = geomean([row.get("over_oracle", 0.0) for row in rows])
+    expert = geomean([row["oracle_time_us"] / row["expert_time_us"] for row in rows])
+    launchable = sum(1 for row in rows if row["launchable"])
+    ms = sorted({row["M"] for row in rows})
+    return (
+        f"{name} (M {ms[0]}-{ms[-1]}): {len(rows)} shapes, {launchable} launchable, "
+        f"evolved {evolved:.3f}, expert {expert:.3f}"
+    )
+
+
+def _one_line(text: str) -> str:
+    """An error as one line: its first, or a traceback's last (the exception), spaces folded."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    traceback = "Traceback" in lines[0] or 'File "' in lines[0]
+    return " ".join((lines[-1] if traceback else lines[0]).split())

@@ -5,7 +5,8 @@ in the OpenEvolve layout (``--problem-dir DIR [--config FILE]``) or a KernelBenc
 (``--kernel-problem FILE``); it is built by the same functions as a run's and looked up the way
 the run's workers look it up. The program (by default the problem's initial program) runs in the
 sandbox the workers use, and a device stage in a device process as ``run --gpus`` opens it;
-nothing is written to a database.
+nothing is written to a database. A problem whose plug-in has a per-case report (core/plugin.py:
+CaseReport) adds it, on the cases of ``--shapes FILE`` or on its own.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +24,21 @@ from codevolve.core.codec import stage_to_dict
 from codevolve.core.config import RunConfig
 from codevolve.core.device import GPU, needed_capabilities
 from codevolve.core.errors import ConfigError
+from codevolve.core.plugin import CaseReport
 from codevolve.core.problem import Problem
 from codevolve.core.program import ProgramStatus
 from codevolve.core.task import Task
 from codevolve.evaluator_workers.cascade import SandboxedCandidate, run_cascade
 from codevolve.evaluator_workers.gpu.pinning import open_devices
 from codevolve.evaluator_workers.sandbox import SandboxPool
-from codevolve.problems.gemm_tiling import report as gemm_report
-from codevolve.problems.gemm_tiling.errors import GemmTilingError
-from codevolve.problems.gemm_tiling.shapes import GemmShape
+from codevolve.problems import registry
+from codevolve.problems.errors import ProblemError
 from codevolve.services.cli import kernel_problem, problem_dir
 from codevolve.services.cli.options import EXIT_FAILED, check_problem
 from codevolve.services.cli.summaries import print_evaluation
 from codevolve.services.runtime.embedded import problem_gpus
 from codevolve.services.runtime.problems import cached_problem
 
-GEMM_PROBLEMS = ("gemm-tiling",)
 INITIAL = "the initial program"  # what the record names when --program is not given
 SOURCES = ("--problem", "--problem-dir", "--kernel-problem")
 
@@ -59,7 +60,12 @@ def register(sub: Any) -> None:
     evaluate.add_argument(
         "--gpus", default=None, help="device stages: an id, or cpu (default: one GPU), as in run"
     )
-    evaluate.add_argument("--shapes", type=Path, help="gemm: JSON file, a list of [M, N, K]")
+    evaluate.add_argument(
+        "--shapes",
+        type=Path,
+        help="the cases of the problem's per-case report, a JSON file (gemm-tiling: a list of "
+        "[M, N, K])",
+    )
     evaluate.add_argument("--json", action="store_true", help="print the full record as JSON")
     # The job config is built by run's own functions; the proposer is not used here.
     evaluate.set_defaults(handler=_cmd_evaluate, db=None, proposer=None, model=[], max_cost=None)
@@ -75,7 +81,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print_evaluation(Console(highlight=False, soft_wrap=True), result)
+        report = case_report(config.problem)
+        lines = () if report is None else report.lines(result)
+        print_evaluation(Console(highlight=False, soft_wrap=True), result, lines)
     return 0 if result["status"] == ProgramStatus.EVALUATED.value else EXIT_FAILED
 
 
@@ -102,9 +110,10 @@ def problem_config(args: argparse.Namespace) -> tuple[RunConfig, tuple[str, ...]
         raise ConfigError(
             "evaluate: --config goes with --problem-dir; drop it or add --problem-dir"
         )
-    if args.shapes is not None and args.problem not in GEMM_PROBLEMS:
+    if args.shapes is not None and (args.problem is None or case_report(args.problem) is None):
         named = args.problem or " ".join(str(part) for part in given[0])
-        raise ConfigError(f"--shapes applies to {', '.join(GEMM_PROBLEMS)} only, not {named}")
+        reporting = [p.name for p in registry.plugins().values() if p.case_report is not None]
+        raise ConfigError(f"--shapes applies to {', '.join(reporting)} only, not {named}")
     if args.problem_dir is not None:
         folder = problem_dir.run_config_from_args(args)
         return folder.config, () if folder.left_out is None else (folder.left_out,)
@@ -118,16 +127,19 @@ def evaluate_program(
     config: RunConfig, *, program: Path | None, shapes: Path | None = None, gpus: str | None = None
 ) -> dict[str, Any]:
     """The cascade's verdict on ``program`` (None: the problem's initial program, judged as a
-    run judges it: a threshold only stops its cascade); for gemm a per-shape table too.
+    run judges it: a threshold only stops its cascade), and its per-case report when the
+    problem's plug-in has one.
 
     Inputs that cannot be used raise ConfigError naming the option; a program that fails is a
     verdict (``status``), not an error."""
     problem = cached_problem(config.problem)  # the lookup every worker of a run makes
+    report = case_report(config.problem)
     source = problem.initial_program if program is None else _read_program(program)
-    parsed = read_shapes(shapes) if shapes is not None else None
+    cases = read_cases(shapes, report) if shapes is not None and report is not None else None
     gpu_ids = problem_gpus(problem, gpus) if _needs_device(problem) else []
     with SandboxPool(size=1) as pool, contextlib.ExitStack() as held:
-        devices = [held.enter_context(device) for device in open_devices(gpu_ids)]
+        opened = open_devices(gpu_ids, registry.device_jobs().values())
+        devices = [held.enter_context(device) for device in opened]
         task = Task(
             program_id="file",
             job_id="-",
@@ -148,10 +160,17 @@ def evaluate_program(
             "error": evaluation.error,
             "stages": [stage_to_dict(s) for s in evaluation.stages],
         }
-        if config.problem in GEMM_PROBLEMS:
+        if report is not None:
             candidate = SandboxedCandidate(source, limits=config.sandbox, pool=pool)
-            result.update(gemm_report.shape_report(candidate, parsed))
+            result.update(report.report(candidate, cases))
     return result
+
+
+def case_report(problem: str) -> CaseReport | None:
+    """The per-case report of the problem's plug-in; None for a problem without one (and for a
+    name no plug-in serves)."""
+    plugin = registry.plugins().get(problem)
+    return None if plugin is None else plugin.case_report
 
 
 def _needs_device(problem: Problem) -> bool:
@@ -168,8 +187,8 @@ def _read_program(program: Path) -> str:
         raise ConfigError(f"--program {program}: not a text (UTF-8) file") from None
 
 
-def read_shapes(path: Path) -> list[GemmShape]:
-    """The shapes of a ``--shapes`` file: a JSON list of ``[M, N, K]`` (positive ints)."""
+def read_cases(path: Path, report: CaseReport) -> Sequence[Any]:
+    """The cases of a ``--shapes`` file, as the problem's report reads its JSON."""
     if not path.is_file():
         raise ConfigError(f"--shapes {path}: no such file")
     try:
@@ -179,9 +198,9 @@ def read_shapes(path: Path) -> list[GemmShape]:
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"--shapes {path}: not JSON ({exc.msg}, line {exc.lineno}); "
-            "expected a list of [M, N, K], e.g. [[16, 4096, 4096]]"
+            f"expected {report.expects}, e.g. {report.example}"
         ) from None
     try:
-        return gemm_report.parse_shapes(data)
-    except GemmTilingError as exc:
-        raise ConfigError(f"--shapes {path}: {exc}, e.g. [[16, 4096, 4096]]") from None
+        return report.parse(data)
+    except ProblemError as exc:
+        raise ConfigError(f"--shapes {path}: {exc}, e.g. {report.example}") from None

@@ -29,6 +29,7 @@ from rich.table import Table
 from codevolve.core.config import RunConfig
 from codevolve.core.errors import ConfigError
 from codevolve.core.job import Job, JobState
+from codevolve.problems import registry
 from codevolve.problems.kernelbench.format import KernelProblemError
 from codevolve.problems.kernelbench.spec import make_spec
 from codevolve.services.cli import llm as cli_llm
@@ -199,7 +200,9 @@ async def _run_all(
     # problem (seconds of GPU time each).
     stages = cached_problem(configs[0][1].problem).stages
     with contextlib.ExitStack() as held:
-        devices = [held.enter_context(d) for d in open_devices(embedded_gpus(stages, args.gpus))]
+        gpus = embedded_gpus(stages, args.gpus)
+        opened = open_devices(gpus, registry.device_jobs().values())
+        devices = [held.enter_context(d) for d in opened]
         return await _run_each(args, configs, console, devices or None)
 
 

@@ -1,23 +1,21 @@
 """Short human summaries of what ``evaluate`` and ``status`` print without ``--json``.
 
-A screenful at most: the verdict and score, one line per cascade stage (for gemm one line per
-M regime), or a job's state, counts and best program. ``--json`` keeps the full record.
+A screenful at most: the verdict and score, one line per cascade stage (and the lines of the
+problem's per-case report, when it has one), or a job's state, counts and best program.
+``--json`` keeps the full record.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 
-# gemm M regimes (docs/gemm_tiling.md): decode reads the weights, prefill is compute bound.
-REGIMES = (("decode", 1, 16), ("mid", 17, 512), ("prefill", 513, 1 << 31))
 
-
-def print_evaluation(console: Console, result: dict[str, Any]) -> None:
-    """Verdict, score and stages of one program; a failure's reason on one line."""
+def print_evaluation(console: Console, result: dict[str, Any], report: Sequence[str] = ()) -> None:
+    """Verdict, score and stages of one program; a failure's reason on one line; then the
+    ``report`` lines (the problem's per-case report)."""
     score = "-" if result["score"] is None else f"{result['score']:.4f}"
     console.print(
         f"{result['program']} on {result['problem']}: {result['status']}, score {score}",
@@ -35,8 +33,8 @@ def print_evaluation(console: Console, result: dict[str, Any]) -> None:
             console.print(f"    {stopped}", markup=False)
     if result["status"] != "evaluated":
         console.print(f"reason: {failure_reason(result)}", markup=False)
-    if "shapes" in result:
-        _print_regimes(console, result)
+    for line in report:
+        console.print(line, markup=False)
     console.print("(--json prints the full record)", style="dim")
 
 
@@ -60,42 +58,6 @@ def failure_reason(result: dict[str, Any]) -> str:
         if not stage["passed"] and why:
             return f"stage {stage['stage']}: {_one_line(why)}"
     return _one_line(result.get("error") or result["status"])
-
-
-def _print_regimes(console: Console, result: dict[str, Any]) -> None:
-    rows: Sequence[dict[str, Any]] = result["shapes"]
-    if not rows:
-        if result.get("error"):
-            console.print(f"shapes: not scored ({_one_line(result['error'])})", markup=False)
-        return
-    console.print("time of the best config (oracle) / time chosen, geomean; 1.0 is the oracle:")
-    for name, low, high in REGIMES:
-        chosen = [row for row in rows if low <= row["M"] <= high]
-        if chosen:
-            console.print(f"  {_regime_line(name, chosen)}", markup=False)
-    console.print(
-        f"  all: {result['count']} shapes, {result['launchable']} launchable, "
-        f"evolved {result['evolved_over_oracle']:.3f}, expert {result['expert_over_oracle']:.3f}, "
-        f"speedup over expert {result['speedup_over_expert']:.3f}",
-        markup=False,
-    )
-
-
-def _regime_line(name: str, rows: Sequence[dict[str, Any]]) -> str:
-    evolved = _geomean([row.get("over_oracle", 0.0) for row in rows])
-    expert = _geomean([row["oracle_time_us"] / row["expert_time_us"] for row in rows])
-    launchable = sum(1 for row in rows if row["launchable"])
-    ms = sorted({row["M"] for row in rows})
-    return (
-        f"{name} (M {ms[0]}-{ms[-1]}): {len(rows)} shapes, {launchable} launchable, "
-        f"evolved {evolved:.3f}, expert {expert:.3f}"
-    )
-
-
-def _geomean(values: Sequence[float]) -> float:
-    if not values or min(values) <= 0:
-        return 0.0
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def print_status(console: Console, status: dict[str, Any]) -> None:

@@ -13,12 +13,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.measurement import Verdict
-from codevolve.core.problem import TRAIN_SCORE, Problem
+from codevolve.core.problem import TRAIN_SCORE, Problem, legality_summary
 from codevolve.core.program import Program
 from codevolve.core.prompt import ProposalStatus
 from codevolve.program_db import repository
 from codevolve.services.read_models.usage import job_usage
-from codevolve.services.read_models.views import job_best, legality_summary
+from codevolve.services.read_models.views import job_best
 
 HELDOUT_SCORE = "score"  # the held-out metric that mirrors a program's score on the held-out split
 

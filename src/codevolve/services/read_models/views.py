@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.job import Job
 from codevolve.core.measurement import Remeasure, Spread
-from codevolve.core.problem import LEGALITY, LEGALITY_INPUTS, LEGALITY_NOTE, PROVEN
+from codevolve.core.problem import legality_summary
 from codevolve.core.program import Program
 from codevolve.program_db import repository
 from codevolve.program_db.repository import JobFigures
@@ -38,23 +38,6 @@ def program_summary(program: Program) -> dict[str, Any]:
         "remeasure": None if program.remeasure is None else remeasure_summary(program.remeasure),
         "legality": legality_summary(program),
     }
-
-
-def legality_summary(program: Program) -> dict[str, Any] | None:
-    """Whether every answer of the program was proven legal or tested on a number of inputs, as
-    its evaluation recorded it; None for a problem (or a program) that records no such check."""
-    verdict = program.artifacts.get(LEGALITY)
-    inputs = program.artifacts.get(LEGALITY_INPUTS, "")
-    if verdict is None or not inputs.isdigit():
-        return None
-    count, note = int(inputs), program.artifacts.get(LEGALITY_NOTE, "")
-    proven = verdict == PROVEN
-    text = (
-        f"proven for every input ({note}); also tested on {count:,} inputs"
-        if proven
-        else f"tested on {count:,} inputs, not proven ({note})"
-    )
-    return {"proven": proven, "inputs": count, "note": note, "text": text}
 
 
 def spread_summary(spread: Spread) -> dict[str, Any]:

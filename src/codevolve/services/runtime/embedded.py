@@ -28,6 +28,7 @@ from codevolve.evaluator_workers.gpu.pinning import embedded_gpus, open_devices,
 from codevolve.evaluator_workers.local_queue import LocalQueue
 from codevolve.evaluator_workers.sandbox import SandboxPool
 from codevolve.evaluator_workers.worker import run_worker
+from codevolve.problems import registry
 from codevolve.program_db import repository
 from codevolve.program_db.engine import session_factory
 from codevolve.proposers.base import Proposer
@@ -117,7 +118,11 @@ async def run_embedded(
                     problem,
                     sessions=sessions,
                     workers=workers,
-                    devices=list(devices) if devices is not None else open_devices(gpu_ids),
+                    devices=(
+                        list(devices)
+                        if devices is not None
+                        else open_devices(gpu_ids, registry.device_jobs().values())
+                    ),
                     owned=devices is None,
                     proposal_processes=proposal_processes,
                     on_progress=on_progress,

@@ -18,6 +18,7 @@ from codevolve.evaluator_workers.gpu.pinning import (
     select_gpus,
     visible_gpus,
 )
+from codevolve.problems import registry
 from codevolve.services.runtime.workers import WorkerOptions, run_worker_process
 
 
@@ -39,6 +40,6 @@ def run_gpu_workers(
         raise ConfigError("--capability gpu: no GPU is visible here")
     if len(gpus) > 1:
         return run_pinned(pinned_commands(sys.argv[1:], gpus), gpus)
-    (device,) = open_devices(gpus)
+    (device,) = open_devices(gpus, registry.device_jobs().values())
     with device:
         return run_worker_process(url, "gpu", concurrency, name, options=options, device=device)

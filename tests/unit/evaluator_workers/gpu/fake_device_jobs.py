@@ -1,9 +1,8 @@
 """A fake device backend: the GEMM jobs' formats without torch, plus ways to fail on purpose.
 
 Used by the tests of the device process, the cascade's routing and the GPU problem's stage on
-machines without a GPU; a device process loads it by name
-(``"tests.unit.evaluator_workers.gpu.fake_device_jobs"``), as it loads
-:mod:`codevolve.evaluator_workers.gpu.gemm_jobs`. Times follow a roofline-like formula
+machines without a GPU; a device process serves :data:`TARGETS` as it serves the problems' device
+jobs (``"package.module:function"``, imported in the device process). Times follow a roofline-like formula
 (microseconds), deterministic.
 """
 
@@ -94,3 +93,5 @@ JOBS: dict[str, Callable[[Any], Any]] = {
     "hang": _hang,
     "whoami": _whoami,
 }
+# The table a DeviceProcess is given: each job by its dotted path, imported in the device process.
+TARGETS = {name: f"{__name__}:{function.__name__}" for name, function in JOBS.items()}

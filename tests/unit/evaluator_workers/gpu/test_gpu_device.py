@@ -8,8 +8,7 @@ import pytest
 
 from codevolve.core.device import DeviceReply
 from codevolve.evaluator_workers.gpu.device_process import DeviceProcess
-
-FAKE = "tests.unit.evaluator_workers.gpu.fake_device_jobs"
+from tests.unit.evaluator_workers.gpu.fake_device_jobs import TARGETS as FAKE
 
 
 def _value(reply: DeviceReply) -> Any:

@@ -48,7 +48,7 @@ def test_each_worker_is_pinned_to_one_gpu_and_records_its_index() -> None:
     assert env == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "2", "CODEVOLVE_DEVICE_INDEX": "2"}
     uuid = pinned_env("GPU-8e3f", 1, base={})
     assert uuid["CODEVOLVE_DEVICE_INDEX"] == "1"  # a UUID id records its position
-    devices = open_devices(["0", "1", "2", "3"])
+    devices = open_devices(["0", "1", "2", "3"], jobs=())
     assert [d.index for d in devices] == [0, 1, 2, 3]
 
 

@@ -22,7 +22,7 @@ from codevolve.evaluator_workers.gpu.kb_judge import JudgeSettings  # noqa: E402
 from tests.kb_judging import Judges  # noqa: E402
 from tests.kernelbench_programs import TRITON_RELU  # noqa: E402
 
-KB_JOBS = "codevolve.evaluator_workers.gpu.kb_jobs"
+KB_JOBS = {"kb.judge": "codevolve.evaluator_workers.gpu.kb_jobs:judge_job"}
 
 
 def _reference(model: str, inputs: str, init: str = "[]", extra: str = "") -> str:

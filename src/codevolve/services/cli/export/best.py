@@ -1,44 +1,19 @@
-"""The job an export reads and its confirmed best program, or the error that says why not."""
+"""A job's records as an exporter reads them (core/export.py: ExportRecords), from the database."""
 
 from __future__ import annotations
 
-import ast
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from codevolve.core.export import BestProgram, ExportRefused
 from codevolve.core.job import Job
+from codevolve.core.plugin import BUNDLE_PREFIX
 from codevolve.core.program import Program
-from codevolve.core.pysource import parse_python
 from codevolve.program_db import repository
 from codevolve.program_db.errors import UnknownJobError
-from codevolve.services.cli.export.errors import ExportRefused
 
-
-@dataclass(frozen=True, slots=True)
-class Best:
-    """A job's best program with the figure its job reports for it."""
-
-    job: Job
-    program: Program
-    score: float  # the job's best score: confirmed on independent samples
-
-    @property
-    def device(self) -> str:
-        """The device the program was measured on, as its evaluation recorded it."""
-        return self.program.artifacts.get("device_name") or "not recorded"
-
-    @property
-    def where(self) -> str:
-        """The program as a refusal names it."""
-        return f"job {self.job.id}'s best program {self.program.id}"
-
-    def tree(self) -> ast.Module:
-        """The program's source parsed; ExportRefused when it does not parse."""
-        try:
-            return parse_python(self.program.source)
-        except (SyntaxError, ValueError) as exc:
-            raise ExportRefused(f"{self.where} does not parse: {exc}") from exc
+PAGE = 200  # programs read per query
 
 
 async def get_job(session: AsyncSession, job_id: str) -> Job:
@@ -48,14 +23,45 @@ async def get_job(session: AsyncSession, job_id: str) -> Job:
     return job
 
 
-async def get_best(session: AsyncSession, job: Job) -> Best:
-    """The job's confirmed best (``job.best_program_id``); ExportRefused when it has none."""
-    if job.best_program_id is None or job.best_score is None:
-        raise ExportRefused(
-            f"job {job.id} has no best program yet (none was confirmed; state {job.state.value}); "
-            f"`codevolve status {job.id}` shows its progress"
-        )
-    program = await repository.get_program(session, job.best_program_id)
-    if program is None:
-        raise ExportRefused(f"job {job.id}'s best program {job.best_program_id} is not stored")
-    return Best(job=job, program=program, score=job.best_score)
+class JobRecords:
+    """One job's records, read in ``session`` when an exporter asks for them."""
+
+    def __init__(self, session: AsyncSession, job: Job) -> None:
+        self._session = session
+        self._job = job
+
+    @property
+    def job(self) -> Job:
+        return self._job
+
+    async def best(self) -> BestProgram:
+        """The job's confirmed best (``job.best_program_id``); ExportRefused when it has none."""
+        job = self._job
+        if job.best_program_id is None or job.best_score is None:
+            raise ExportRefused(
+                f"job {job.id} has no best program yet (none was confirmed; state "
+                f"{job.state.value}); `codevolve status {job.id}` shows its progress"
+            )
+        program = await repository.get_program(self._session, job.best_program_id)
+        if program is None:
+            raise ExportRefused(f"job {job.id}'s best program {job.best_program_id} is not stored")
+        return BestProgram(job=job, program=program, score=job.best_score)
+
+    async def programs(self) -> AsyncIterator[Program]:
+        offset = 0
+        while True:
+            page = await repository.list_programs(
+                self._session, self._job.id, order="index", limit=PAGE, offset=offset
+            )
+            for program in page:
+                yield program
+            if len(page) < PAGE:
+                return
+            offset += PAGE
+
+    async def bundle_files(self) -> Mapping[str, bytes] | None:
+        problem = self._job.config.problem
+        if not problem.startswith(BUNDLE_PREFIX):
+            return None
+        bundle = await repository.get_bundle(self._session, problem)
+        return None if bundle is None else bundle.files

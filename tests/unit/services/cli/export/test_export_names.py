@@ -4,10 +4,9 @@ reference an export renames so that neither source reads the other's bindings.""
 from __future__ import annotations
 
 import pytest
-
-from codevolve.services.cli.export.errors import ExportRefused
-from codevolve.services.cli.export.kernelbench_module import reference_renames
-from codevolve.services.cli.export.names import module_names, rename
+from codevolve.core.export import ExportRefused
+from codevolve.core.module_names import module_names, rename
+from codevolve.problems.kernelbench.export import reference_renames
 
 SOURCE = '''import numpy as np
 from math import sqrt

@@ -15,8 +15,8 @@ import io
 import tokenize
 from collections.abc import Mapping
 
+from codevolve.core.export import ExportRefused
 from codevolve.core.pysource import parse_python
-from codevolve.services.cli.export.errors import ExportRefused
 
 Position = tuple[int, int]  # (1-based line, 0-based column), as ast and tokenize count them
 _SKIPPED = (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)

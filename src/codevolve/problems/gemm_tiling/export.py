@@ -17,24 +17,20 @@ expert rule is the problem's.
 
 from __future__ import annotations
 
+import functools
 import textwrap
+from importlib import resources
+from pathlib import PurePath
+from string import Template
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from codevolve.core.job import Job
+from codevolve.core.export import BestProgram, Exported, ExportRecords, ExportRefused
+from codevolve.core.module_names import module_names
+from codevolve.core.problem import legality_summary
 from codevolve.problems.gemm_tiling import space
-from codevolve.problems.gemm_tiling.problem import NAME as TILING
 from codevolve.problems.gemm_tiling.shapes import PROJECTIONS
 from codevolve.problems.gemm_tiling.static_check import CONFIG_TYPE, ENTRY_POINT
 from codevolve.problems.gemm_tiling.sweep import DENSE_MAX_M, EDGE_PAIRS, ODD_DENSE_MAX_M
-from codevolve.problems.gemm_tiling_gpu.problem import NAME as TILING_GPU
-from codevolve.services.cli.export.best import Best, get_best
-from codevolve.services.cli.export.errors import ExportRefused
-from codevolve.services.cli.export.names import module_names
-from codevolve.services.cli.export.template import module_template
-from codevolve.services.read_models.views import legality_summary
 
-PROBLEMS = (TILING, TILING_GPU)
 DEFAULT_FILE = "gemm_config.py"
 TEST_FUNCTION = "test_choose_config"
 EVOLVED = "evolved_choose_config"
@@ -63,12 +59,24 @@ MODEL_DEVICE = "codevolve's analytical H100 cost model"
 FIELD_INDENT = 13  # the docstring's "legality:    " column
 
 
-async def export_tiling(session: AsyncSession, job: Job, *, module: str) -> str:
-    """The module text of ``job``'s best program, to be saved as ``<module>.py``."""
-    return tiling_module(await get_best(session, job), module=module)
+@functools.cache
+def _template() -> Template:
+    return Template(resources.files(__package__).joinpath("tiling_module.txt").read_text())
 
 
-def tiling_module(best: Best, *, module: str) -> str:
+async def export_modelled(records: ExportRecords, file: str) -> Exported:
+    """The module of a job whose figures come from the cost model (gemm-tiling), to be saved as
+    ``file``."""
+    return Exported(tiling_module(await records.best(), module=PurePath(file).stem))
+
+
+async def export_measured(records: ExportRecords, file: str) -> Exported:
+    """The module of a job whose figures were measured on a GPU (gemm-tiling-gpu)."""
+    best = await records.best()
+    return Exported(tiling_module(best, module=PurePath(file).stem, device=best.device))
+
+
+def tiling_module(best: BestProgram, *, module: str, device: str = MODEL_DEVICE) -> str:
     """The module text (see the module docstring); ExportRefused for a program it cannot hold."""
     tree = best.tree()
     names = module_names(tree)
@@ -81,12 +89,12 @@ def tiling_module(best: Best, *, module: str) -> str:
             f"{best.where} binds {', '.join(clash)}, which the exported module defines"
         )
     legality = legality_summary(best.program)
-    text = module_template("tiling_module.txt").substitute(
+    text = _template().substitute(
         problem=best.job.config.problem,
         job_id=best.job.id,
         program_id=best.program.id,
         score=f"{best.score:.4f}",
-        device=best.device if best.job.config.problem == TILING_GPU else MODEL_DEVICE,
+        device=device,
         legality=_wrapped("not recorded" if legality is None else legality["text"]),
         module=module,
         program=best.program.source.rstrip("\n") + "\n",

@@ -12,15 +12,15 @@ they still agree with the harness's).
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncSession
+import functools
+from importlib import resources
+from pathlib import PurePath
+from string import Template
 
+from codevolve.core.export import BestProgram, Exported, ExportRecords, ExportRefused
+from codevolve.core.module_names import module_names
 from codevolve.problems.gemm_kernel_gpu.kernel_source import ENTRY_POINT, entry_function
-from codevolve.problems.gemm_kernel_gpu.problem import NAME as PROBLEM
 from codevolve.problems.gemm_kernel_gpu.stages import RAGGED_SHAPES
-from codevolve.services.cli.export.best import Best, get_best, get_job
-from codevolve.services.cli.export.errors import ExportRefused
-from codevolve.services.cli.export.names import module_names
-from codevolve.services.cli.export.template import module_template
 
 RTOL = 1.6e-2  # gemm_bench.RTOL: torch's bf16 rtol
 ATOL_OF_RMS = 2e-2  # gemm_bench.ATOL_OF_RMS: absolute floor, a fraction of the reference's RMS
@@ -33,20 +33,20 @@ GPU_SHAPES = (*RAGGED_SHAPES, (16, 4096, 4096), (256, 1280, 8192), (2048, 6144, 
 INTERPRETER_SHAPES = ((1, 64, 128), (37, 48, 96), (100, 80, 160))
 APPENDIX_NAMES = frozenset({"torch", "matmul_into", "test_matmul"})  # what the module adds
 REGIMES = ("decode", "mid", "prefill")
+DEFAULT_FILE = "gemm_kernel.py"
 
 
-async def export_triton(session: AsyncSession, job_id: str, *, module: str) -> str:
-    """The module text of ``job_id``'s best program, to be saved as ``<module>.py``."""
-    job = await get_job(session, job_id)
-    if job.config.problem != PROBLEM:
-        raise ExportRefused(
-            f"job {job.id} is a job of {job.config.problem}; --format triton exports "
-            f"{PROBLEM} jobs (--format module: KernelBench, gemm-tiling and gemm-tiling-gpu jobs)"
-        )
-    return triton_module(await get_best(session, job), module=module)
+@functools.cache
+def _template() -> Template:
+    return Template(resources.files(__package__).joinpath("triton_module.txt").read_text())
 
 
-def triton_module(best: Best, *, module: str) -> str:
+async def export_triton(records: ExportRecords, file: str) -> Exported:
+    """The module text of the job's best program, to be saved as ``file``."""
+    return Exported(triton_module(await records.best(), module=PurePath(file).stem))
+
+
+def triton_module(best: BestProgram, *, module: str) -> str:
     """The module text (see the module docstring); ExportRefused for a program it cannot hold."""
     source = best.program.source
     tree = best.tree()
@@ -57,7 +57,7 @@ def triton_module(best: Best, *, module: str) -> str:
         raise ExportRefused(
             f"{best.where} binds {', '.join(clash)}, which the exported module defines"
         )
-    return module_template("triton_module.txt").substitute(
+    return _template().substitute(
         job_id=best.job.id,
         program_id=best.program.id,
         score=f"{best.score:.4f}",
@@ -74,7 +74,7 @@ def triton_module(best: Best, *, module: str) -> str:
     )
 
 
-def _regimes(best: Best) -> str:
+def _regimes(best: BestProgram) -> str:
     """The per-regime and held-out figures of the program's own evaluation, when recorded."""
     metrics, heldout = best.program.metrics, best.program.heldout
     parts = [f"{r} {metrics[f'vs_cublas_{r}']:.3f}" for r in REGIMES if f"vs_cublas_{r}" in metrics]

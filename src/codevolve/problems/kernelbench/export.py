@@ -17,21 +17,19 @@ make with the same statement and that reads nothing renamed (``import torch``,
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import PurePath
+from string import Template
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from codevolve.core.export import BestProgram, Exported, ExportRecords, ExportRefused, NotExported
 from codevolve.core.kernel_rules import CANDIDATE_CLASS, INIT_INPUTS, INPUTS, REFERENCE_CLASS
+from codevolve.core.module_names import bound_names, module_names, rename
 from codevolve.core.pysource import parse_python
 from codevolve.problems.kernelbench.spec import SPEC_FILE, KernelSpec, spec_of_files
-from codevolve.program_db import repository
-from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
-from codevolve.services.cli.export.best import Best, get_best, get_job
-from codevolve.services.cli.export.errors import ExportRefused
-from codevolve.services.cli.export.names import bound_names, module_names, rename
-from codevolve.services.cli.export.template import module_template
 
+DEFAULT_FILE = "model_new.py"
 TEST_FUNCTION = "test_model_new"
 SEED = 42  # KernelBench's seed for building both models
 SUFFIX = "_reference"
@@ -43,24 +41,22 @@ _LITERAL = (
 )  # fmt: skip
 
 
-async def export_model(session: AsyncSession, job_id: str, *, file: str) -> str:
-    """The module text of ``job_id``'s best program, to be saved as ``file``."""
-    job = await get_job(session, job_id)
-    problem = job.config.problem
-    bundle = None
-    if problem.startswith(BUNDLE_PROBLEM_PREFIX):
-        bundle = await repository.get_bundle(session, problem)
-    if bundle is None or SPEC_FILE not in bundle.files:
-        raise ExportRefused(
-            f"job {job.id} is a job of {problem}, not of a KernelBench problem; --format module "
-            "exports KernelBench, gemm-tiling and gemm-tiling-gpu jobs (--format triton: "
-            "gemm-kernel-gpu jobs)"
-        )
-    spec = spec_of_files(bundle.files)
-    return model_module(spec, await get_best(session, job), file=file)
+@functools.cache
+def _template() -> Template:
+    return Template(resources.files(__package__).joinpath("kernelbench_module.txt").read_text())
 
 
-def model_module(spec: KernelSpec, best: Best, *, file: str) -> str:
+async def export_model(records: ExportRecords, file: str) -> Exported:
+    """The module text of the job's best program, to be saved as ``file``; NotExported for a
+    job whose files are not a KernelBench problem's."""
+    files = await records.bundle_files()
+    if files is None or SPEC_FILE not in files:
+        raise NotExported(f"job {records.job.id} is not of a KernelBench problem")
+    spec = spec_of_files(files)
+    return Exported(model_module(spec, await records.best(), file=file))
+
+
+def model_module(spec: KernelSpec, best: BestProgram, *, file: str) -> str:
     """The module text (see the module docstring); ExportRefused for a program it cannot hold."""
     program = best.program.source
     names = module_names(best.tree())
@@ -76,7 +72,7 @@ def model_module(spec: KernelSpec, best: Best, *, file: str) -> str:
     if renames:
         pairs = ", ".join(f"{old} -> {new}" for old, new in sorted(renames.items()))
         renamed = f"\n             renamed there, as the program binds them too: {pairs}"
-    return module_template("kernelbench_module.txt").substitute(
+    return _template().substitute(
         name=spec.name,
         job_id=best.job.id,
         program_id=best.program.id,
@@ -97,7 +93,7 @@ def model_module(spec: KernelSpec, best: Best, *, file: str) -> str:
     )
 
 
-def _compile_text(best: Best) -> str:
+def _compile_text(best: BestProgram) -> str:
     """The speedup over torch.compile, when the run timed it (carried over by its times)."""
     compile_ms = best.program.metrics.get("compile_ms")
     eager_ms = best.program.metrics.get("eager_ms")

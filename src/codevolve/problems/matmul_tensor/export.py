@@ -14,54 +14,40 @@ from typing import Any
 import numpy as np
 
 from codevolve.core.errors import CodevolveError
-from codevolve.problems.matmul_tensor.problem import NAME as MATMUL_TENSOR
-from codevolve.services.cli.export.errors import ExportRefused
+from codevolve.core.export import Exported, ExportRecords
+from codevolve.problems.matmul_tensor.algorithm import (
+    Decomposition,
+    check_on_random,
+    is_exact,
+    readable,
+)
 
 ARTIFACT_PREFIX = "factors_"
-PAGE = 200  # programs read per query
 CHECK_SEED = 0
 CHECK_TRIALS = 3
 CHECK_LIMIT = 1e-8  # |C - A @ B| above this on random Gaussian matrices means a wrong algorithm
 
 
-async def collect(session: Any, job_id: str) -> dict[str, Any]:
-    """The export document of one job: ``{"job", "problem", "sizes": {key: entry}}``."""
-    from codevolve.problems.matmul_tensor.algorithm import (
-        Decomposition,
-        check_on_random,
-        is_exact,
-        readable,
-    )
-    from codevolve.program_db import repository
-    from codevolve.services.cli.export.best import get_job
+async def export_decompositions(records: ExportRecords, file: str) -> Exported:
+    """The job's decompositions as text, and as JSON (``--json``, ``--out``)."""
+    del file  # data: the file's name changes nothing in it
+    document = await collect(records)
+    return Exported(as_text(document), document=document)
 
-    job = await get_job(session, job_id)
-    if job.config.problem != MATMUL_TENSOR:
-        raise ExportRefused(
-            f"job {job.id} is a job of {job.config.problem}, which has no export as "
-            f"decompositions; `codevolve export` exports {MATMUL_TENSOR} jobs (--format "
-            "decompositions), gemm-kernel-gpu jobs (--format triton), KernelBench, gemm-tiling "
-            f"and gemm-tiling-gpu jobs (--format module); `codevolve best {job.id}` prints its "
-            "best program"
-        )
+
+async def collect(records: ExportRecords) -> dict[str, Any]:
+    """The export document of one job: ``{"job", "problem", "sizes": {key: entry}}``."""
+    job = records.job
     best: dict[str, tuple[Decomposition, str]] = {}
-    offset = 0
-    while True:
-        page = await repository.list_programs(
-            session, job_id, order="index", limit=PAGE, offset=offset
-        )
-        for program in page:
-            for name, text in program.artifacts.items():
-                if not name.startswith(ARTIFACT_PREFIX):
-                    continue
-                decomposition = Decomposition.from_json(text)
-                key = name[len(ARTIFACT_PREFIX) :]
-                held = best.get(key)
-                if held is None or decomposition.rank < held[0].rank:
-                    best[key] = (decomposition, program.id)
-        if len(page) < PAGE:
-            break
-        offset += PAGE
+    async for program in records.programs():
+        for name, text in program.artifacts.items():
+            if not name.startswith(ARTIFACT_PREFIX):
+                continue
+            decomposition = Decomposition.from_json(text)
+            key = name[len(ARTIFACT_PREFIX) :]
+            held = best.get(key)
+            if held is None or decomposition.rank < held[0].rank:
+                best[key] = (decomposition, program.id)
     rng = np.random.default_rng(CHECK_SEED)
     sizes: dict[str, Any] = {}
     for key in sorted(best, key=lambda k: best[k][0].size):
@@ -78,7 +64,7 @@ async def collect(session: Any, job_id: str) -> dict[str, Any]:
             "algorithm": readable(decomposition),
             "random_check": {"trials": CHECK_TRIALS, "max_abs_error": error},
         }
-    return {"job": job_id, "problem": job.config.problem, "sizes": sizes}
+    return {"job": job.id, "problem": job.config.problem, "sizes": sizes}
 
 
 def as_text(document: dict[str, Any]) -> str:
