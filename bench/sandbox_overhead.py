@@ -30,7 +30,7 @@ from codevolve.core.config import SandboxLimits
 from codevolve.core.task import Task
 from codevolve.evaluator_workers.cascade import run_cascade
 from codevolve.evaluator_workers.sandbox import SandboxPool
-from codevolve.problems.gemm_tiling.problem import GemmTilingProblem
+from codevolve.problems.gemm_tiling.problem import gemm_tiling_problem
 from codevolve.problems.gemm_tiling.shapes import all_shapes
 
 LIMITS = SandboxLimits(wall_s=10.0, cpu_s=10.0, memory_mb=1024, output_bytes=65536)
@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--cascades", type=int, default=30)
     args = parser.parse_args()
 
-    problem = GemmTilingProblem()
+    problem = gemm_tiling_problem()
     source = problem.initial_program
     shape_args = [list(s.args) for s in all_shapes()]
     local_ms = _in_process_ms(source, shape_args, args.calls)

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from codevolve.problems.gemm_tiling.baselines import expert_config
-from codevolve.problems.gemm_tiling.problem import GemmTilingProblem
+from codevolve.problems.gemm_tiling.problem import gemm_tiling_problem
 from codevolve.problems.gemm_tiling.space import all_configs
 from tests.cli.conftest import Outcome, codevolve
 from tests.cli.export_jobs import DEVICE, tiling_job
 
-INITIAL = GemmTilingProblem().initial_program
+INITIAL = gemm_tiling_problem().initial_program
 FIRST_BRANCH = "    if M <= 32:\n"
 BAD = "GemmConfig(M // M * 256, 256, 128, 4, 5, 8)"  # 552 registers a thread: cannot launch
 GUARD = {"choose_config", "expert_config", "launch_problem"}

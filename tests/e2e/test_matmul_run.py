@@ -4,6 +4,7 @@ then ``codevolve export`` of the verified factors, checked on random matrices.""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,9 +12,9 @@ import numpy as np
 import pytest
 
 from codevolve.core.config import RunConfig
-from codevolve.core.problem import Problem
+from codevolve.core.problem import Problem, ProblemSpec
 from codevolve.problems.matmul_tensor.algorithm import Decomposition, multiply
-from codevolve.problems.matmul_tensor.problem import MatmulTensorProblem
+from codevolve.problems.matmul_tensor.problem import matmul_tensor_problem
 from codevolve.services.cli import main
 from codevolve.services.runtime import embedded as runtime
 
@@ -32,22 +33,21 @@ def find_decomposition(n, m, p, rank, seed, time_budget_s):
 '''
 
 
-class _Schoolbook(MatmulTensorProblem):
-    """Starts from an exact program, so that the export has something in every size."""
-
-    @property
-    def initial_program(self) -> str:
-        source = super().initial_program
-        start = source.index("def find_decomposition(")
-        end = source.index("# EVOLVE-BLOCK-END")
-        return source[:start] + NAIVE_BODY.lstrip("\n") + "\n\n" + source[end:]
+def _schoolbook(problem: ProblemSpec) -> ProblemSpec:
+    """The problem starting from an exact program, so that the export has something in every
+    size."""
+    source = problem.initial_program
+    start = source.index("def find_decomposition(")
+    end = source.index("# EVOLVE-BLOCK-END")
+    initial = source[:start] + NAIVE_BODY.lstrip("\n") + "\n\n" + source[end:]
+    return dataclasses.replace(problem, initial_program=initial)
 
 
 @pytest.mark.slow
 def test_small_run_then_export_of_verified_algorithms(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    problem = _Schoolbook(budget_scale=0.05)
+    problem = _schoolbook(matmul_tensor_problem(budget_scale=0.05))
 
     def resolve(name: str) -> Problem:
         assert name == "matmul-tensor"

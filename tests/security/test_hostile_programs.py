@@ -24,12 +24,13 @@ from pathlib import Path
 import pytest
 
 from codevolve.core.config import SandboxLimits
+from codevolve.core.problem import ProblemSpec
 from codevolve.core.program import Evaluation, ProgramStatus
 from codevolve.core.task import Task
 from codevolve.evaluator_workers._confine import landlock_abi
 from codevolve.evaluator_workers.cascade import run_cascade
 from codevolve.evaluator_workers.sandbox import SandboxPool
-from codevolve.problems.gemm_tiling.problem import GemmTilingProblem
+from codevolve.problems.gemm_tiling.problem import gemm_tiling_problem
 from tests.security.corpus import ATTACKS, Attack
 
 LIMITS = SandboxLimits(wall_s=2.0, cpu_s=2.0, memory_mb=256, output_bytes=4096)
@@ -126,8 +127,8 @@ def pools() -> Iterator[dict[str, SandboxPool]]:
 
 
 @pytest.fixture(scope="module")
-def problem() -> GemmTilingProblem:
-    return GemmTilingProblem()
+def problem() -> ProblemSpec:
+    return gemm_tiling_problem()
 
 
 @pytest.fixture
@@ -150,7 +151,7 @@ def _cases() -> list[object]:
     return cases
 
 
-def _evaluate(problem: GemmTilingProblem, pool: SandboxPool, source: str) -> Evaluation:
+def _evaluate(problem: ProblemSpec, pool: SandboxPool, source: str) -> Evaluation:
     task = Task(
         program_id=uuid.uuid4().hex, job_id="security", problem=problem.name,
         source=source, seed=7, limits=LIMITS,
@@ -190,7 +191,7 @@ def test_a_hostile_program_is_stopped_and_changes_nothing_outside(
     attack: Attack,
     set_up: str,
     pools: dict[str, SandboxPool],
-    problem: GemmTilingProblem,
+    problem: ProblemSpec,
     scene: Scene,
 ) -> None:
     pool = pools[set_up]
@@ -225,7 +226,7 @@ def test_a_hostile_program_is_stopped_and_changes_nothing_outside(
 
 @pytest.mark.parametrize("set_up", SET_UPS)
 def test_the_honest_initial_program_scores_the_same_under_every_set_up(
-    set_up: str, pools: dict[str, SandboxPool], problem: GemmTilingProblem
+    set_up: str, pools: dict[str, SandboxPool], problem: ProblemSpec
 ) -> None:
     evaluation = _evaluate(problem, pools[set_up], problem.initial_program)
     assert evaluation.status is ProgramStatus.EVALUATED, evaluation.error

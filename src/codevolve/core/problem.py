@@ -227,7 +227,7 @@ class TreeMutation:
 
 
 class Problem(Protocol):
-    """An evaluation target."""
+    """An evaluation target (:class:`ProblemSpec` is one as a frozen value)."""
 
     @property
     def name(self) -> str: ...
@@ -253,3 +253,32 @@ class Problem(Protocol):
     def baselines(self) -> Sequence[Baseline]:
         """Reference scores for the final report; may be empty."""
         ...
+
+
+def _no_mutations() -> Sequence[Mutation]:
+    return ()
+
+
+def _no_baselines() -> Sequence[Baseline]:
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProblemSpec:
+    """A problem as one frozen value, with the shape of :class:`Problem`: the parts every
+    built-in problem names. ``domain_mutations`` and ``reference_baselines`` are called when a
+    run asks for them (they may import a module or compute tables)."""
+
+    name: str
+    description: str
+    initial_program: str
+    stages: tuple[Stage, ...]
+    features: tuple[FeatureSpec, ...]
+    domain_mutations: Callable[[], Sequence[Mutation]] = _no_mutations
+    reference_baselines: Callable[[], Sequence[Baseline]] = _no_baselines
+
+    def mutations(self) -> Sequence[Mutation]:
+        return self.domain_mutations()
+
+    def baselines(self) -> Sequence[Baseline]:
+        return self.reference_baselines()

@@ -15,9 +15,9 @@ NAME = "gemm-kernel-gpu"
 
 
 def _problem() -> Problem:
-    from codevolve.problems.gemm_kernel_gpu.problem import GemmKernelGpuProblem
+    from codevolve.problems.gemm_kernel_gpu.problem import gemm_kernel_gpu_problem
 
-    return GemmKernelGpuProblem()
+    return gemm_kernel_gpu_problem()
 
 
 async def _export(records: ExportRecords, file: str) -> Exported:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codevolve.core.problem import Baseline, FeatureSpec, Mutation, SourceCheckStage, Stage
+from codevolve.core.problem import FeatureSpec, Mutation, ProblemSpec, SourceCheckStage
 from codevolve.problems.gemm_kernel_gpu.kernel_source import initial_program
 from codevolve.problems.gemm_kernel_gpu.stages import full_stage, probe_stage
 from codevolve.problems.gemm_kernel_gpu.static_check import check_source
@@ -35,50 +35,33 @@ FEATURES = (
 )
 
 
-class GemmKernelGpuProblem:
-    def __init__(self) -> None:
+DESCRIPTION = (
+    "Write the fastest bf16 GEMM y = x @ w.T (x [M, K], w [N, K], fp32 accumulation, bf16 "
+    "out) in Triton for an NVIDIA H200 (132 SMs, Hopper: wgmma, TMA tensor descriptors). "
+    "The program's matmul(x, w, y, workspace, num_sms) launches its own kernels; "
+    "workspace is fp32 scratch of at least max(4 * M * N, 2**24) elements holding "
+    "garbage. Shapes are the Llama-3.1-8B and 70B/TP8 projections (N, K: 6144x4096, "
+    "4096x4096, 28672x4096, 4096x14336, 1280x8192, 8192x1024, 7168x8192, 8192x3584) at "
+    "M = 1..8192 tokens. Score: geomean over the train and validation shapes of "
+    "t_cuBLAS / t_program, cold L2, timed alternately with cuBLAS on fresh inputs whose "
+    "outputs are checked. Only Triton and math may be imported: no torch, no streams, no "
+    "threads, no caching of results; every element of y must be written."
+)
+
+
+def gemm_kernel_gpu_problem() -> ProblemSpec:
+    return ProblemSpec(
+        name=NAME,
+        description=DESCRIPTION,
+        initial_program=initial_program(),
         # the static check (static_check.py), then the GPU: a probe, then every shape
-        self._stages: tuple[Stage, ...] = (
-            SourceCheckStage(check_source),
-            probe_stage(),
-            full_stage(),
-        )
+        stages=(SourceCheckStage(check_source), probe_stage(), full_stage()),
+        features=FEATURES,
+        domain_mutations=_mutations,
+    )
 
-    @property
-    def name(self) -> str:
-        return NAME
 
-    @property
-    def description(self) -> str:
-        return (
-            "Write the fastest bf16 GEMM y = x @ w.T (x [M, K], w [N, K], fp32 accumulation, bf16 "
-            "out) in Triton for an NVIDIA H200 (132 SMs, Hopper: wgmma, TMA tensor descriptors). "
-            "The program's matmul(x, w, y, workspace, num_sms) launches its own kernels; "
-            "workspace is fp32 scratch of at least max(4 * M * N, 2**24) elements holding "
-            "garbage. Shapes are the Llama-3.1-8B and 70B/TP8 projections (N, K: 6144x4096, "
-            "4096x4096, 28672x4096, 4096x14336, 1280x8192, 8192x1024, 7168x8192, 8192x3584) at "
-            "M = 1..8192 tokens. Score: geomean over the train and validation shapes of "
-            "t_cuBLAS / t_program, cold L2, timed alternately with cuBLAS on fresh inputs whose "
-            "outputs are checked. Only Triton and math may be imported: no torch, no streams, no "
-            "threads, no caching of results; every element of y must be written."
-        )
+def _mutations() -> Sequence[Mutation]:
+    from codevolve.problems.gemm_kernel_gpu.mutations import kernel_mutations
 
-    @property
-    def initial_program(self) -> str:
-        return initial_program()
-
-    @property
-    def stages(self) -> Sequence[Stage]:
-        return self._stages
-
-    @property
-    def features(self) -> Sequence[FeatureSpec]:
-        return FEATURES
-
-    def mutations(self) -> Sequence[Mutation]:
-        from codevolve.problems.gemm_kernel_gpu.mutations import kernel_mutations
-
-        return kernel_mutations()
-
-    def baselines(self) -> Sequence[Baseline]:
-        return ()
+    return kernel_mutations()

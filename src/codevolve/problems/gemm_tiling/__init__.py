@@ -18,9 +18,9 @@ NAME = "gemm-tiling"
 
 
 def _problem() -> Problem:
-    from codevolve.problems.gemm_tiling.problem import GemmTilingProblem
+    from codevolve.problems.gemm_tiling.problem import gemm_tiling_problem
 
-    return GemmTilingProblem()
+    return gemm_tiling_problem()
 
 
 def _parse(data: JSONValue) -> Sequence[Any]:

@@ -21,7 +21,7 @@ import functools
 from collections.abc import Sequence
 from importlib import resources
 
-from codevolve.core.problem import Baseline, FeatureSpec, Mutation, Stage
+from codevolve.core.problem import Baseline, FeatureSpec, Mutation, ProblemSpec
 from codevolve.problems.gemm_tiling.baselines import baseline_figures
 from codevolve.problems.gemm_tiling.shapes import M_VALUES, Split, tiling_split
 from codevolve.problems.gemm_tiling.space import (
@@ -89,41 +89,29 @@ def _initial_program() -> str:
     return package.joinpath("initial_program.py").read_text(encoding="utf-8")
 
 
-class GemmTilingProblem:
-    """The showcase problem; cheap to construct (tables are computed on first use)."""
+def gemm_tiling_problem() -> ProblemSpec:
+    """The showcase problem; cheap to build (tables are computed on first use)."""
+    return ProblemSpec(
+        name=NAME,
+        description=describe(tiling_split()),
+        initial_program=_initial_program(),
+        stages=(StaticStage(), ProbeStage(), TrainStage()),
+        features=FEATURES,
+        domain_mutations=_mutations,
+        reference_baselines=_baselines,
+    )
 
-    def __init__(self) -> None:
-        self._stages: tuple[Stage, ...] = (StaticStage(), ProbeStage(), TrainStage())
 
-    @property
-    def name(self) -> str:
-        return NAME
+def _mutations() -> Sequence[Mutation]:
+    # Imported here: the mutations module is optional to everything else in this problem.
+    from codevolve.problems.gemm_tiling.mutations import gemm_mutations
 
-    @property
-    def description(self) -> str:
-        return describe(tiling_split())
+    return gemm_mutations()
 
-    @property
-    def initial_program(self) -> str:
-        return _initial_program()
 
-    @property
-    def stages(self) -> Sequence[Stage]:
-        return self._stages
-
-    @property
-    def features(self) -> Sequence[FeatureSpec]:
-        return FEATURES
-
-    def mutations(self) -> Sequence[Mutation]:
-        # Imported here: the mutations module is optional to everything else in this problem.
-        from codevolve.problems.gemm_tiling.mutations import gemm_mutations
-
-        return gemm_mutations()
-
-    def baselines(self) -> Sequence[Baseline]:
-        """Geomean speedups over the expert: expert 1.0, lookup table, oracle (train, test)."""
-        return tuple(
-            Baseline(name=f.name, train=f.train_speedup, test=f.test_speedup)
-            for f in baseline_figures()
-        )
+def _baselines() -> Sequence[Baseline]:
+    """Geomean speedups over the expert: expert 1.0, lookup table, oracle (train, test)."""
+    return tuple(
+        Baseline(name=f.name, train=f.train_speedup, test=f.test_speedup)
+        for f in baseline_figures()
+    )

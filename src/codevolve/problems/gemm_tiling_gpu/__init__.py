@@ -17,9 +17,9 @@ JOBS = "codevolve.evaluator_workers.gpu.gemm_jobs"
 
 
 def _problem() -> Problem:
-    from codevolve.problems.gemm_tiling_gpu.problem import GemmTilingGpuProblem
+    from codevolve.problems.gemm_tiling_gpu.problem import gemm_tiling_gpu_problem
 
-    return GemmTilingGpuProblem()
+    return gemm_tiling_gpu_problem()
 
 
 async def _export(records: ExportRecords, file: str) -> Exported:

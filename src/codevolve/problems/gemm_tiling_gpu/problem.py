@@ -28,10 +28,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from codevolve.core.problem import Baseline, FeatureSpec, Mutation, Stage, Threshold
+from codevolve.core.problem import Baseline, Mutation, ProblemSpec, Threshold
 from codevolve.core.prompt import Prompt
 from codevolve.problems.gemm_tiling.baselines import geomean
-from codevolve.problems.gemm_tiling.problem import FEATURES, GemmTilingProblem, describe
+from codevolve.problems.gemm_tiling.problem import FEATURES, describe, gemm_tiling_problem
 from codevolve.problems.gemm_tiling.stages import ProbeStage, StaticStage, TrainStage
 from codevolve.problems.gemm_tiling_gpu.oracle import OracleEntry, load_oracle
 from codevolve.problems.gemm_tiling_gpu.split import gpu_split
@@ -43,66 +43,56 @@ NAME = "gemm-tiling-gpu"
 PROMOTION = Threshold(relative=0.97)
 
 
-class GemmTilingGpuProblem:
-    def __init__(self) -> None:
-        self._model = GemmTilingProblem()
-        split = gpu_split()
-        self._stages: tuple[Stage, ...] = (
+GPU_TASK = (
+    "\n\nThe final score is measured on a real GPU (an NVIDIA H200): the geomean over "
+    "the train shapes and 72 validation shapes (every projection above at M = 2, 4, 8, "
+    "24, 48, 96, 192, 384, 768, 1536, 3072, 6144) of t_expert / t_chosen for the Triton "
+    "kernel, cold L2, timed alternately with cuBLAS. Programs reach the GPU only when "
+    "their cost-model score keeps 97% of their parent's."
+)
+
+
+def gemm_tiling_gpu_problem() -> ProblemSpec:
+    split = gpu_split()
+    return ProblemSpec(
+        name=NAME,
+        description=describe(split) + GPU_TASK,
+        initial_program=gemm_tiling_problem().initial_program,
+        stages=(
             StaticStage(split=split),
             ProbeStage(split=split),
             TrainStage(threshold=PROMOTION, split=split),
             GpuTrainStage(split=split),
-        )
+        ),
+        features=FEATURES,
+        domain_mutations=_mutations,
+        reference_baselines=_baselines,
+    )
 
-    @property
-    def name(self) -> str:
-        return NAME
 
-    @property
-    def description(self) -> str:
-        return (
-            describe(gpu_split())
-            + "\n\nThe final score is measured on a real GPU (an NVIDIA H200): the geomean over "
-            "the train shapes and 72 validation shapes (every projection above at M = 2, 4, 8, "
-            "24, 48, 96, 192, 384, 768, 1536, 3072, 6144) of t_expert / t_chosen for the Triton "
-            "kernel, cold L2, timed alternately with cuBLAS. Programs reach the GPU only when "
-            "their cost-model score keeps 97% of their parent's."
-        )
+def _mutations() -> Sequence[Mutation]:
+    # gemm-tiling's mutations, with octave rules sometimes bounded in M (token bands): on the
+    # H200 the best tile of one output size differs between wide and narrow projections.
+    from codevolve.problems.gemm_tiling.mutations import GPU_BAND_SHARE, gemm_mutations
 
-    @property
-    def initial_program(self) -> str:
-        return self._model.initial_program
+    return tuple(MeasuredCasesMutation(m) for m in gemm_mutations(GPU_BAND_SHARE))
 
-    @property
-    def stages(self) -> Sequence[Stage]:
-        return self._stages
 
-    @property
-    def features(self) -> Sequence[FeatureSpec]:
-        return FEATURES
-
-    def mutations(self) -> Sequence[Mutation]:
-        # gemm-tiling's mutations, with octave rules sometimes bounded in M (token bands): on the
-        # H200 the best tile of one output size differs between wide and narrow projections.
-        from codevolve.problems.gemm_tiling.mutations import GPU_BAND_SHARE, gemm_mutations
-
-        return tuple(MeasuredCasesMutation(m) for m in gemm_mutations(GPU_BAND_SHARE))
-
-    def baselines(self) -> Sequence[Baseline]:
-        """Measured speedups over the expert of the stored oracle (train, and test: the held-out
-        projections), if measured."""
-        oracle = load_oracle()
-        if oracle is None:
-            return ()
-        figures = []
-        for name in ("tutorial", "inductor", "oracle"):  # "oracle": the report divides by it
-            by_split = []
-            for split in (gpu_split().train, gpu_split().unseen_test):
-                values = [_speedup(oracle.entries[s], name) for s in split]
-                by_split.append(geomean(values))
-            label = name if name == "oracle" else f"gpu_{name}"
-            figures.append(Baseline(name=label, train=by_split[0], test=by_split[1]))
-        return (Baseline(name="expert", train=1.0, test=1.0), *figures)
+def _baselines() -> Sequence[Baseline]:
+    """Measured speedups over the expert of the stored oracle (train, and test: the held-out
+    projections), if measured."""
+    oracle = load_oracle()
+    if oracle is None:
+        return ()
+    figures = []
+    for name in ("tutorial", "inductor", "oracle"):  # "oracle": the report divides by it
+        by_split = []
+        for split in (gpu_split().train, gpu_split().unseen_test):
+            values = [_speedup(oracle.entries[s], name) for s in split]
+            by_split.append(geomean(values))
+        label = name if name == "oracle" else f"gpu_{name}"
+        figures.append(Baseline(name=label, train=by_split[0], test=by_split[1]))
+    return (Baseline(name="expert", train=1.0, test=1.0), *figures)
 
 
 def _speedup(entry: OracleEntry, name: str) -> float:

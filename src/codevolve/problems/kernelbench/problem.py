@@ -19,9 +19,10 @@ are left to the LLM proposer.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from codevolve.core.kernel_rules import check_model_new
-from codevolve.core.problem import Baseline, FeatureSpec, Mutation, SourceCheckStage, Stage
+from codevolve.core.problem import FeatureSpec, Mutation, ProblemSpec, SourceCheckStage
 from codevolve.problems.kernelbench.spec import KernelSpec
 from codevolve.problems.kernelbench.stages import JudgeStage
 from codevolve.problems.openevolve.bundle import Bundle
@@ -32,70 +33,51 @@ FEATURES = (
 )
 
 
-class KernelBenchProblem:
-    """One KernelBench-format file as a problem; built from its bundle (spec.py)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelBenchProblem(ProblemSpec):
+    """One KernelBench-format file as a problem, with the files it was built from."""
 
-    def __init__(self, spec: KernelSpec, bundle: Bundle) -> None:
-        self._spec = spec
-        self._bundle = bundle
+    spec: KernelSpec
+    bundle: Bundle  # the stored files (reference, initial program, settings)
+
+
+def kernelbench_problem(spec: KernelSpec, bundle: Bundle) -> KernelBenchProblem:
+    """The problem of one KernelBench-format file; built from its bundle (spec.py)."""
+    return KernelBenchProblem(
+        name=bundle.name,
+        description=_description(spec),
+        initial_program=spec.initial_program,
         # the source rules (core/kernel_rules.py), then the judge
-        self._stages: tuple[Stage, ...] = (SourceCheckStage(check_model_new), JudgeStage(spec))
+        stages=(SourceCheckStage(check_model_new), JudgeStage(spec)),
+        features=FEATURES,
+        domain_mutations=_mutations,
+        spec=spec,
+        bundle=bundle,
+    )
 
-    @property
-    def spec(self) -> KernelSpec:
-        return self._spec
 
-    @property
-    def bundle(self) -> Bundle:
-        """The stored files (reference, initial program, settings)."""
-        return self._bundle
+def _description(spec: KernelSpec) -> str:
+    settings = spec.settings
+    forbid = (
+        f" It must not run these aten operators: {', '.join(settings.forbid)}."
+        if settings.forbid
+        else ""
+    )
+    return (
+        f"KernelBench problem {spec.name}. Write ModelNew, a faster drop-in "
+        "replacement of the reference Model below (same constructor arguments, same forward "
+        "inputs, same outputs, dtype and shape), in Triton kernels and/or PyTorch. Score: "
+        "PyTorch eager time of Model / time of ModelNew on the GPU, on fresh inputs, with "
+        "the L2 cache flushed between rounds. Outputs are checked on several seeds with "
+        "KernelBench's inputs, the same with random signs, and those times 100 (atol = rtol = "
+        "1e-4 for fp32, 1e-2 for fp16/bf16). Only torch, torch.nn, torch.nn.functional, "
+        "triton, triton.language and math may be imported; no streams, threads, RNG "
+        "seeding, torch.compile, try/except, caching of results or writing into the "
+        f"inputs.{forbid}\n\nThe reference:\n\n{spec.reference}"
+    )
 
-    @property
-    def name(self) -> str:
-        return self._bundle.name
 
-    @property
-    def title(self) -> str:
-        """The problem file's name, for people (``19_ReLU``)."""
-        return self._spec.name
+def _mutations() -> Sequence[Mutation]:
+    from codevolve.problems.kernelbench.mutations import kernel_mutations
 
-    @property
-    def description(self) -> str:
-        settings = self._spec.settings
-        forbid = (
-            f" It must not run these aten operators: {', '.join(settings.forbid)}."
-            if settings.forbid
-            else ""
-        )
-        return (
-            f"KernelBench problem {self._spec.name}. Write ModelNew, a faster drop-in "
-            "replacement of the reference Model below (same constructor arguments, same forward "
-            "inputs, same outputs, dtype and shape), in Triton kernels and/or PyTorch. Score: "
-            "PyTorch eager time of Model / time of ModelNew on the GPU, on fresh inputs, with "
-            "the L2 cache flushed between rounds. Outputs are checked on several seeds with "
-            "KernelBench's inputs, the same with random signs, and those times 100 (atol = rtol = "
-            "1e-4 for fp32, 1e-2 for fp16/bf16). Only torch, torch.nn, torch.nn.functional, "
-            "triton, triton.language and math may be imported; no streams, threads, RNG "
-            "seeding, torch.compile, try/except, caching of results or writing into the "
-            f"inputs.{forbid}\n\nThe reference:\n\n{self._spec.reference}"
-        )
-
-    @property
-    def initial_program(self) -> str:
-        return self._spec.initial_program
-
-    @property
-    def stages(self) -> Sequence[Stage]:
-        return self._stages
-
-    @property
-    def features(self) -> Sequence[FeatureSpec]:
-        return FEATURES
-
-    def mutations(self) -> Sequence[Mutation]:
-        from codevolve.problems.kernelbench.mutations import kernel_mutations
-
-        return kernel_mutations()
-
-    def baselines(self) -> Sequence[Baseline]:
-        return ()
+    return kernel_mutations()

@@ -13,9 +13,9 @@ NAME = "matmul-tensor"
 
 
 def _problem() -> Problem:
-    from codevolve.problems.matmul_tensor.problem import MatmulTensorProblem
+    from codevolve.problems.matmul_tensor.problem import matmul_tensor_problem
 
-    return MatmulTensorProblem()
+    return matmul_tensor_problem()
 
 
 async def _export(records: ExportRecords, file: str) -> Exported:

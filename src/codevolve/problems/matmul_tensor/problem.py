@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from importlib import resources
 
-from codevolve.core.problem import Baseline, FeatureSpec, Mutation, Stage
+from codevolve.core.problem import FeatureSpec, Mutation, ProblemSpec
 from codevolve.problems.matmul_tensor.exact import Ring
 from codevolve.problems.matmul_tensor.stages import (
     LARGE,
@@ -80,51 +80,29 @@ def _initial_program() -> str:
     return package.joinpath("initial_program.txt").read_text(encoding="utf-8")
 
 
-class MatmulTensorProblem:
-    """Decompositions over ``ring`` (integers by default); cheap to construct."""
+def matmul_tensor_problem(ring: Ring = Ring.INTEGERS, *, budget_scale: float = 1.0) -> ProblemSpec:
+    """Decompositions over ``ring`` (integers by default); cheap to build. ``budget_scale``
+    multiplies every size's time budget (tests use small ones). No reference programs: the best
+    known ranks are in the description and the score."""
 
-    def __init__(self, ring: Ring = Ring.INTEGERS, *, budget_scale: float = 1.0) -> None:
-        """``budget_scale`` multiplies every size's time budget (tests use small ones)."""
-        self._ring = ring
+    def scaled(targets: tuple[Target, ...]) -> tuple[Target, ...]:
+        return tuple(replace(t, budget_s=t.budget_s * budget_scale) for t in targets)
 
-        def scaled(targets: tuple[Target, ...]) -> tuple[Target, ...]:
-            return tuple(replace(t, budget_s=t.budget_s * budget_scale) for t in targets)
-
-        self._stages: tuple[Stage, ...] = (
+    return ProblemSpec(
+        name=NAME,
+        description=_description(ring),
+        initial_program=_initial_program(),
+        stages=(
             SizeStage("tiny", scaled(TINY), first=True, threshold=TINY_THRESHOLD, ring=ring),
             SizeStage("mid", scaled(MID), ring=ring),
             SizeStage("large", scaled(LARGE), ring=ring),
-        )
+        ),
+        features=FEATURES,
+        domain_mutations=_mutations,
+    )
 
-    @property
-    def name(self) -> str:
-        return NAME
 
-    @property
-    def ring(self) -> Ring:
-        return self._ring
+def _mutations() -> Sequence[Mutation]:
+    from codevolve.problems.matmul_tensor.mutations import matmul_mutations
 
-    @property
-    def description(self) -> str:
-        return _description(self._ring)
-
-    @property
-    def initial_program(self) -> str:
-        return _initial_program()
-
-    @property
-    def stages(self) -> Sequence[Stage]:
-        return self._stages
-
-    @property
-    def features(self) -> Sequence[FeatureSpec]:
-        return FEATURES
-
-    def mutations(self) -> Sequence[Mutation]:
-        from codevolve.problems.matmul_tensor.mutations import matmul_mutations
-
-        return matmul_mutations()
-
-    def baselines(self) -> Sequence[Baseline]:
-        """No reference programs: the best known ranks are in the description and the score."""
-        return ()
+    return matmul_mutations()

@@ -34,10 +34,10 @@ def problem_of(bundle: Bundle) -> BundleProblem:
 
 def _build(bundle: Bundle) -> BundleProblem:
     if KERNEL_SPEC in bundle.files:
-        from codevolve.problems.kernelbench.problem import KernelBenchProblem
+        from codevolve.problems.kernelbench.problem import kernelbench_problem
         from codevolve.problems.kernelbench.spec import spec_of_files
 
-        return KernelBenchProblem(spec_of_files(bundle.files), bundle)
+        return kernelbench_problem(spec_of_files(bundle.files), bundle)
     return OpenEvolveProblem(bundle)
 
 

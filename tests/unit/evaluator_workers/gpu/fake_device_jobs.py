@@ -1,9 +1,9 @@
 """A fake device backend: the GEMM jobs' formats without torch, plus ways to fail on purpose.
 
 Used by the tests of the device process, the cascade's routing and the GPU problem's stage on
-machines without a GPU; a device process serves :data:`TARGETS` as it serves the problems' device
-jobs (``"package.module:function"``, imported in the device process). Times follow a roofline-like formula
-(microseconds), deterministic.
+machines without a GPU; a device process serves :data:`TARGETS` as it serves the problems'
+device jobs (``"package.module:function"``, imported in the device process). Times follow a
+roofline-like formula (microseconds), deterministic.
 """
 
 from __future__ import annotations

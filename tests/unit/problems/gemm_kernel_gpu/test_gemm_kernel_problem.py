@@ -20,7 +20,7 @@ from codevolve.problems.gemm_kernel_gpu.kernel_source import (
     initial_program,
 )
 from codevolve.problems.gemm_kernel_gpu.mutations import MAX_PROGRAM_CHARS, rules_of
-from codevolve.problems.gemm_kernel_gpu.problem import GemmKernelGpuProblem
+from codevolve.problems.gemm_kernel_gpu.problem import gemm_kernel_gpu_problem
 from codevolve.problems.gemm_kernel_gpu.stages import (
     RAGGED_SHAPES,
     full_stage,
@@ -111,7 +111,7 @@ CASES = tuple(CaseResult(key=f"gpu {s.key}", cost=10.0 + i) for i, s in enumerat
 
 
 def test_every_mutation_kind_makes_children_that_apply_and_pass_the_static_check() -> None:
-    mutations = {m.kind: m for m in GemmKernelGpuProblem().mutations()}
+    mutations = {m.kind: m for m in gemm_kernel_gpu_problem().mutations()}
     parent = INITIAL
     made: dict[str, int] = {}
     order = ["add_variant", "tune_rule", "rule_bound", "field", "threshold", "add_rule"]
@@ -133,7 +133,7 @@ def test_every_mutation_kind_makes_children_that_apply_and_pass_the_static_check
 
 
 def test_add_variant_inserts_the_kernels_once_and_tune_rule_moves_one_parameter() -> None:
-    mutations = {m.kind: m for m in GemmKernelGpuProblem().mutations()}
+    mutations = {m.kind: m for m in gemm_kernel_gpu_problem().mutations()}
     source = INITIAL
     added = 0
     for seed in range(60):  # more than fit: proposals stop once no rule fits any longer

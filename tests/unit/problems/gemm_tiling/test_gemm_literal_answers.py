@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from codevolve.problems.gemm_tiling.literal_answers import only_literal_answers
-from codevolve.problems.gemm_tiling.problem import GemmTilingProblem
+from codevolve.problems.gemm_tiling.problem import gemm_tiling_problem
 
-INITIAL = GemmTilingProblem().initial_program
+INITIAL = gemm_tiling_problem().initial_program
 PRODUCT = " * ".join(["M"] * 34)  # up to 2**1054 for M below 2**31: past a float
 FIRST_BRANCH = "    if M <= 32:\n"
 KNOWN_GOOD = sorted(

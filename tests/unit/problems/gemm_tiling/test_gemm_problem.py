@@ -16,7 +16,7 @@ import pytest
 from codevolve.core.errors import UnknownProblemError
 from codevolve.core.problem import JSONValue, Problem, SandboxErrorKind, SandboxReply, Stage
 from codevolve.core.program import StageResult
-from codevolve.problems.gemm_tiling.problem import GemmTilingProblem
+from codevolve.problems.gemm_tiling.problem import gemm_tiling_problem
 from codevolve.problems.gemm_tiling.shapes import (
     heldout_shapes,
     tiling_split,
@@ -32,7 +32,7 @@ from codevolve.problems.gemm_tiling.stages import (
 from codevolve.problems.gemm_tiling.sweep import EDGE_PAIRS
 from codevolve.problems.registry import get_problem, problem_names
 
-INITIAL = GemmTilingProblem().initial_program
+INITIAL = gemm_tiling_problem().initial_program
 FIRST_BRANCH = "    if M <= 32:\n"
 
 
@@ -68,7 +68,7 @@ def _with_branch(branch: str) -> InProcessCandidate:
 
 def _run_all(candidate: InProcessCandidate, seed: int = 0) -> list[StageResult]:
     rng = np.random.default_rng(seed)
-    return [stage.run(candidate, rng) for stage in GemmTilingProblem().stages]
+    return [stage.run(candidate, rng) for stage in gemm_tiling_problem().stages]
 
 
 def test_registry_builds_gemm_tiling_by_name() -> None:
@@ -83,7 +83,7 @@ def test_registry_lists_known_names_for_an_unknown_one() -> None:
 
 
 def test_problem_describes_task_metric_space_and_split() -> None:
-    problem = GemmTilingProblem()
+    problem = gemm_tiling_problem()
     text = problem.description
     for fact in (
         "choose_config(M, N, K)",
@@ -102,11 +102,11 @@ def test_problem_describes_task_metric_space_and_split() -> None:
 
 
 def test_problem_supplies_domain_mutations() -> None:
-    assert len(GemmTilingProblem().mutations()) > 0
+    assert len(gemm_tiling_problem().mutations()) > 0
 
 
 def test_baselines_are_expert_lookup_and_oracle_speedups() -> None:
-    baselines = {b.name: b for b in GemmTilingProblem().baselines()}
+    baselines = {b.name: b for b in gemm_tiling_problem().baselines()}
     assert list(baselines) == ["expert", "lookup", "oracle"]
     assert (baselines["expert"].train, baselines["expert"].test) == pytest.approx((1.0, 1.0))
     assert 1.0 < baselines["lookup"].train <= baselines["oracle"].train
@@ -188,7 +188,7 @@ def test_answers_that_are_not_six_ints_fail_the_static_stage(branch: str, reason
 
 def test_a_candidate_that_raises_fails_with_the_sandbox_error_kind() -> None:
     bad = _with_branch("    if M == 16:\n        raise RuntimeError('boom')\n")
-    for stage in GemmTilingProblem().stages:
+    for stage in gemm_tiling_problem().stages:
         result = stage.run(bad, np.random.default_rng(0))
         assert not result.passed and result.score is None
         assert result.error is not None and result.error.startswith("exception: ")

@@ -29,7 +29,7 @@ from codevolve.problems.gemm_tiling_gpu.oracle import (
 )
 from codevolve.problems.gemm_tiling_gpu.problem import (
     PROMOTION,
-    GemmTilingGpuProblem,
+    gemm_tiling_gpu_problem,
     measured_view,
 )
 from codevolve.problems.gemm_tiling_gpu.split import gpu_split
@@ -38,7 +38,7 @@ from codevolve.problems.registry import get_problem
 from tests.unit.evaluator_workers.gpu import fake_device_jobs
 from tests.unit.evaluator_workers.test_cascade_handoff import FakeCandidate
 
-EXPERT_SOURCE = GemmTilingGpuProblem().initial_program
+EXPERT_SOURCE = gemm_tiling_gpu_problem().initial_program
 
 
 class FakeDevice:
@@ -220,7 +220,7 @@ def gap_prompt(*, timed: bool) -> Prompt:
 
 
 def directed_answers(prompt: Prompt, seeds: range = range(40)) -> list[str]:
-    directed = next(m for m in GemmTilingGpuProblem().mutations() if m.kind == "directed")
+    directed = next(m for m in gemm_tiling_gpu_problem().mutations() if m.kind == "directed")
     return [directed.propose(prompt, np.random.default_rng(seed)) or "" for seed in seeds]
 
 
@@ -240,7 +240,7 @@ def test_the_measured_view_keeps_only_gpu_cases_and_bests() -> None:
     assert list(view.best_cases) == ["gpu M=256 N=6144 K=4096"]
     assert view.parent.source == prompt.parent.source and view.text == prompt.text
     assert measured_view(gap_prompt(timed=False)) == gap_prompt(timed=False)
-    kinds = [m.kind for m in GemmTilingGpuProblem().mutations()]
+    kinds = [m.kind for m in gemm_tiling_gpu_problem().mutations()]
     assert kinds == [m.kind for m in get_problem("gemm-tiling").mutations()]
 
 
@@ -253,9 +253,9 @@ def test_some_directed_rules_of_the_gpu_problem_are_bounded_in_m() -> None:
 
 
 def test_the_gpu_problem_keeps_each_mutations_weight() -> None:
-    from codevolve.problems.gemm_tiling.problem import GemmTilingProblem
+    from codevolve.problems.gemm_tiling.problem import gemm_tiling_problem
 
-    gpu = [(m.kind, getattr(m, "weight", 1.0)) for m in GemmTilingGpuProblem().mutations()]
-    model = [(m.kind, getattr(m, "weight", 1.0)) for m in GemmTilingProblem().mutations()]
+    gpu = [(m.kind, getattr(m, "weight", 1.0)) for m in gemm_tiling_gpu_problem().mutations()]
+    model = [(m.kind, getattr(m, "weight", 1.0)) for m in gemm_tiling_problem().mutations()]
     assert gpu == model
     assert len({weight for _kind, weight in gpu}) > 1  # the weights differ: they were forwarded

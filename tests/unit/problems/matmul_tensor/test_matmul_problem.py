@@ -25,13 +25,13 @@ from codevolve.problems.matmul_tensor.mutations import (
     matmul_mutations,
     read_source,
 )
-from codevolve.problems.matmul_tensor.problem import MatmulTensorProblem
+from codevolve.problems.matmul_tensor.problem import matmul_tensor_problem
 from codevolve.problems.matmul_tensor.stages import TINY, SizeStage, Target, size_score
 from codevolve.problems.matmul_tensor.tensor import Size
 from codevolve.problems.registry import get_problem, problem_names
 from codevolve.prompt_sampler.search_replace import apply_answer
 
-PROBLEM = MatmulTensorProblem(budget_scale=0.2)
+PROBLEM = matmul_tensor_problem(budget_scale=0.2)
 INITIAL = PROBLEM.initial_program
 TINY_STAGE = PROBLEM.stages[0]
 

@@ -4,6 +4,7 @@ reference an export renames so that neither source reads the other's bindings.""
 from __future__ import annotations
 
 import pytest
+
 from codevolve.core.export import ExportRefused
 from codevolve.core.module_names import module_names, rename
 from codevolve.problems.kernelbench.export import reference_renames
