@@ -33,7 +33,7 @@ def plugins() -> Mapping[str, ProblemPlugin]:
     """Every installed plug-in by name; PluginError names one that cannot be used."""
     found: dict[str, ProblemPlugin] = {}
     for entry in sorted(metadata.entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
-        plugin = _load(entry)
+        plugin = load_plugin(entry)
         if plugin.name in found:
             raise PluginError(f"problem plug-in {plugin.name!r} is installed twice ({entry.value})")
         found[plugin.name] = plugin
@@ -42,11 +42,12 @@ def plugins() -> Mapping[str, ProblemPlugin]:
             f"no problem plug-in is installed (entry points {ENTRY_POINTS!r}): install codevolve "
             "with `make install` (pip install -e .) so that its problems are recorded"
         )
-    _check_device_jobs(found.values())
+    check_device_jobs(found.values())
     return MappingProxyType(found)
 
 
-def _load(entry: metadata.EntryPoint) -> ProblemPlugin:
+def load_plugin(entry: metadata.EntryPoint) -> ProblemPlugin:
+    """The plug-in an entry point names; PluginError says in one line why it cannot be used."""
     where = f"entry point {entry.name} = {entry.value}"
     try:
         loaded = entry.load()
@@ -68,7 +69,8 @@ def _load(entry: metadata.EntryPoint) -> ProblemPlugin:
     return loaded
 
 
-def _check_device_jobs(found: Iterable[ProblemPlugin]) -> None:
+def check_device_jobs(found: Iterable[ProblemPlugin]) -> None:
+    """PluginError for a device job two plug-ins declare, or one not named by a dotted path."""
     owners: dict[str, str] = {}
     for plugin in found:
         for job in plugin.device_jobs:
