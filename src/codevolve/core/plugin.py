@@ -6,7 +6,7 @@ A problem lives in one package (a folder) whose ``__init__.py`` binds ``PLUGIN``
 package::
 
     [project.entry-points."codevolve.problems"]
-    knapsack = "knapsack_problem:PLUGIN"
+    my-problem = "my_problem:PLUGIN"
 
 The registry (``codevolve.problems.registry``) reads the entry points. Services and workers reach
 a problem only through its descriptor, never by importing its package (an import-linter
