@@ -40,6 +40,11 @@ class KernelBenchProblem(ProblemSpec):
     spec: KernelSpec
     bundle: Bundle  # the stored files (reference, initial program, settings)
 
+    @property
+    def title(self) -> str:
+        """The problem file's name, for people (``19_ReLU``)."""
+        return self.spec.name
+
 
 def kernelbench_problem(spec: KernelSpec, bundle: Bundle) -> KernelBenchProblem:
     """The problem of one KernelBench-format file; built from its bundle (spec.py)."""
