@@ -88,6 +88,3 @@ class ProblemPlugin:
     @property
     def is_format(self) -> bool:
         return self.problem is None
-
-    def exporter(self, format: str) -> Exporter | None:
-        return next((e for e in self.exporters if e.format == format), None)
