@@ -79,3 +79,53 @@ async def test_a_key_differing_in_any_part_finds_nothing(sessions: Sessions) -> 
     async with sessions.begin() as session:
         assert await repository.stored_timings(session, near) == []
         assert await repository.stored_timings(session, []) == []
+
+
+async def test_the_controller_writes_fresh_timings_and_sends_them_with_gpu_tasks_only(
+    sessions: Sessions,
+) -> None:
+    from codevolve.core.program import Evaluation, ProgramStatus, StageResult
+    from codevolve.core.task import Task
+    from codevolve.problems.gemm_kernel_gpu.kernel_source import initial_program
+    from codevolve.problems.gemm_kernel_gpu.problem import GemmKernelGpuProblem
+    from codevolve.program_db.job_store import JobStore
+    from codevolve.services.controller.launch_reuse import (
+        keys_of,
+        record_fresh_timings,
+        with_stored_timings,
+    )
+    from tests.integration.conftest import run_config
+
+    problem = GemmKernelGpuProblem()
+    keys_fn = keys_of(problem)
+    assert keys_fn is not None
+    keys = keys_fn(initial_program())
+    assert keys is not None and len(keys) > 100
+    async with sessions.begin() as session:
+        job = await repository.create_job(session, run_config())
+    store = JobStore(sessions, job.id)
+    try:
+        measured = tuple(_timing(key, 10.0, job_id="", program_id="") for key in keys[:5])
+        stage = StageResult(stage="gpu", passed=True, score=1.0, launch_timings=measured)
+        evaluation = Evaluation("p" * 32, job.id, ProgramStatus.EVALUATED, stages=(stage,))
+        async with store.transaction() as unit:
+            await record_fresh_timings(unit, [evaluation])
+        task = Task("c" * 32, job.id, "gemm-kernel-gpu", initial_program(), seed=1)
+        gpu_task = await with_stored_timings(
+            Task(**{**_fields(task), "capability": "gpu"}), store, keys_fn
+        )
+        remeasure = await with_stored_timings(
+            Task(**{**_fields(task), "capability": "gpu", "remeasure": 1}), store, keys_fn
+        )
+        cpu_task = await with_stored_timings(task, store, keys_fn)
+    finally:
+        await store.close()
+    assert {t.key for t in gpu_task.stored_timings} == set(keys[:5])
+    assert {(t.job_id, t.program_id) for t in gpu_task.stored_timings} == {(job.id, "p" * 32)}
+    assert remeasure.stored_timings == () and cpu_task.stored_timings == ()
+
+
+def _fields(task: object) -> dict[str, object]:
+    import dataclasses
+
+    return {f.name: getattr(task, f.name) for f in dataclasses.fields(task)}  # type: ignore[arg-type]

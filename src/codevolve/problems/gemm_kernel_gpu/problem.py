@@ -23,9 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from codevolve.core.launch_store import LaunchKey
 from codevolve.core.problem import Baseline, FeatureSpec, Mutation, SourceCheckStage, Stage
 from codevolve.problems.gemm_kernel_gpu.kernel_source import initial_program
-from codevolve.problems.gemm_kernel_gpu.stages import full_stage, probe_stage
+from codevolve.problems.gemm_kernel_gpu.launches import launch_keys
+from codevolve.problems.gemm_kernel_gpu.stages import GpuKernelStage, full_stage, probe_stage
 from codevolve.problems.gemm_kernel_gpu.static_check import check_source
 
 NAME = "gemm-kernel-gpu"
@@ -82,3 +84,15 @@ class GemmKernelGpuProblem:
 
     def baselines(self) -> Sequence[Baseline]:
         return ()
+
+    def launch_keys(self, source: str) -> list[LaunchKey] | None:
+        """The launches the program takes on every shape its GPU stages judge, read from the
+        source (launches.py): what the launch store is asked for (docs/launch-store.md)."""
+        shapes = {
+            shape
+            for stage in self._stages
+            if isinstance(stage, GpuKernelStage)
+            for shape in stage.judged_shapes()
+        }
+        keys = launch_keys(source, sorted(shapes))
+        return None if keys is None else sorted(set(keys.values()), key=str)
