@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from codevolve.core.config import SandboxLimits
+from codevolve.core.launch_store import LaunchKey, StoredTiming
 from codevolve.core.measurement import Remeasure, Spread, SpreadOver, Verdict
 from codevolve.core.program import CaseResult, Evaluation, ProgramStatus, StageResult
 from codevolve.core.task import Task
@@ -25,6 +26,7 @@ def task_to_dict(task: Task) -> dict[str, Any]:
         "prior_stages": [stage_to_dict(s) for s in task.prior_stages],
         "remeasure": task.remeasure,
         "initial": task.initial,
+        "stored_timings": [timing_to_list(t) for t in task.stored_timings],
     }
 
 
@@ -43,6 +45,7 @@ def task_from_dict(data: dict[str, Any]) -> Task:
         prior_stages=tuple(stage_from_dict(s) for s in data.get("prior_stages", [])),
         remeasure=int(data.get("remeasure", 0)),
         initial=bool(data.get("initial", False)),
+        stored_timings=tuple(timing_from_list(t) for t in data.get("stored_timings", [])),
     )
 
 
@@ -67,6 +70,7 @@ def stage_to_dict(stage: StageResult) -> dict[str, Any]:
         "error": stage.error,
         "artifacts": dict(stage.artifacts),
         "duration_s": stage.duration_s,
+        "launch_timings": [timing_to_list(t) for t in stage.launch_timings],
     }
 
 
@@ -84,6 +88,33 @@ def stage_from_dict(data: dict[str, Any]) -> StageResult:
         error=data.get("error"),
         artifacts={str(k): str(v) for k, v in data.get("artifacts", {}).items()},
         duration_s=float(data.get("duration_s", 0.0)),
+        launch_timings=tuple(timing_from_list(t) for t in data.get("launch_timings", [])),
+    )
+
+
+def timing_to_list(timing: StoredTiming) -> list[Any]:
+    """A stored timing without its provenance (the controller adds it when it writes one)."""
+    key = timing.key
+    return [
+        key.kernel_hash,
+        key.launch,
+        key.case,
+        timing.gpu,
+        timing.harness,
+        timing.t_us,
+        timing.cublas_us,
+        timing.samples,
+    ]
+
+
+def timing_from_list(data: list[Any]) -> StoredTiming:
+    return StoredTiming(
+        key=LaunchKey(kernel_hash=str(data[0]), launch=str(data[1]), case=str(data[2])),
+        gpu=str(data[3]),
+        harness=str(data[4]),
+        t_us=float(data[5]),
+        cublas_us=float(data[6]),
+        samples=int(data[7]),
     )
 
 

@@ -9,6 +9,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TypeAlias
 
+from codevolve.core.launch_store import StoredTiming
 from codevolve.core.remeasure import Remeasure
 
 ProgramId: TypeAlias = str  # uuid4 hex
@@ -62,6 +63,9 @@ class StageResult:
     error: str | None = None
     artifacts: Mapping[str, str] = field(default_factory=dict)
     duration_s: float = 0.0  # seconds
+    # The judge's fresh timings per launch, for the launch store (the controller writes them
+    # with the program's ids; they are not kept with the program).
+    launch_timings: tuple[StoredTiming, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

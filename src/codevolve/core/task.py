@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from codevolve.core.config import SandboxLimits
+from codevolve.core.launch_store import StoredTiming
 from codevolve.core.program import (
     Evaluation,
     JobId,
@@ -38,6 +39,10 @@ class Task:
     # The job's initial program: a threshold only stops its cascade, never rejects it (a job
     # needs its seed in the archive), whatever the stage's Threshold.rejects says.
     initial: bool = False
+    # Timings the launch store holds for the launches this program takes (any GPU model and
+    # harness: the stage keeps those of its device); never set on a re-measure, which times
+    # afresh (docs/launch-store.md).
+    stored_timings: tuple[StoredTiming, ...] = ()
 
 
 def failed_evaluation(task: Task, error: str, *, worker: str) -> Evaluation:

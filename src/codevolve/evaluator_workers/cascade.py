@@ -23,6 +23,7 @@ import numpy as np
 
 from codevolve.core.config import SandboxLimits
 from codevolve.core.device import CPU, Device, DeviceStage, capability_of
+from codevolve.core.launch_store import StoredTiming
 from codevolve.core.problem import JSONValue, Problem, SandboxReply, Stage, Threshold
 from codevolve.core.program import Evaluation, ProgramStatus, StageResult
 from codevolve.core.task import Task
@@ -39,10 +40,19 @@ MAX_MAGNITUDE = 1e12  # no score, metric, feature or cost of any problem is larg
 class SandboxedCandidate:
     """A program as a stage sees it: its source, callable only inside the sandbox."""
 
-    def __init__(self, source: str, *, limits: SandboxLimits, pool: SandboxPool) -> None:
+    def __init__(
+        self,
+        source: str,
+        *,
+        limits: SandboxLimits,
+        pool: SandboxPool,
+        stored_timings: tuple[StoredTiming, ...] = (),
+    ) -> None:
         self._source = source
         self._limits = limits
         self._pool = pool
+        # what the launch store holds for this program's launches (core/launch_store.py)
+        self.stored_timings = stored_timings
 
     @property
     def source(self) -> str:
@@ -75,7 +85,9 @@ def run_cascade(
     that capability. Raises only SandboxUnavailable: then no candidate can run on this worker,
     and the task should go to another.
     """
-    candidate = SandboxedCandidate(task.source, limits=task.limits, pool=pool)
+    candidate = SandboxedCandidate(
+        task.source, limits=task.limits, pool=pool, stored_timings=task.stored_timings
+    )
     # Fresh inputs per evaluation, reproducible; a resumed cascade draws from its own stream.
     seed = task.seed if task.start_stage == 0 else [task.seed, task.start_stage]
     rng = np.random.default_rng(seed)

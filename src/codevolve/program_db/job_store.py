@@ -26,6 +26,7 @@ import numpy as np
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from codevolve.core.job import Job, JobState
+from codevolve.core.launch_store import LaunchKey, StoredTiming
 from codevolve.core.measurement import Remeasure
 from codevolve.core.program import CellKey, Evaluation, IslandId, JobId, Program, ProgramId
 from codevolve.core.prompt import BestCase
@@ -267,6 +268,13 @@ class JobTransaction:
 
     async def record_best_cases(self, cases: Sequence[BestCase]) -> None:
         await repository.record_best_cases(self._session, self._job_id, cases)
+
+    async def stored_timings(self, keys: Sequence[LaunchKey]) -> list[StoredTiming]:
+        """The launch store's timings for ``keys`` (every GPU model and harness version)."""
+        return await repository.stored_timings(self._session, keys)
+
+    async def record_timings(self, timings: Sequence[StoredTiming]) -> None:
+        await repository.record_timings(self._session, timings)
 
     async def migrate(self, *, migrants: int) -> int:
         return await repository.migrate(self._session, self._job_id, migrants=migrants)

@@ -41,6 +41,7 @@ NAME_LENGTH = 200  # owners, problems, proposers
 STATE_LENGTH = 16  # job states, program and proposal statuses
 HASH_LENGTH = 64  # sha256 hex
 CELL_LENGTH = 64  # "3,5": comma-separated bin indices
+LAUNCH_LENGTH = 500  # a launch's parameters as text
 
 
 def utcnow() -> datetime:
@@ -212,3 +213,22 @@ class BundleRow(Base):
     files: Mapped[dict[str, Any]]  # relative path -> base64 of the file's bytes
     size_bytes: Mapped[int]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class LaunchTimingRow(Base):
+    """The launch store: the judge's timing of one launch on one case, per GPU model and harness
+    version (core/launch_store.py). Shared by every job; the latest timing of a key wins."""
+
+    __tablename__ = "launch_timings"
+
+    kernel_hash: Mapped[str] = mapped_column(String(HASH_LENGTH), primary_key=True)
+    launch: Mapped[str] = mapped_column(String(LAUNCH_LENGTH), primary_key=True)
+    case_key: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    gpu: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    harness: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    t_us: Mapped[float]  # median microseconds per call
+    cublas_us: Mapped[float]  # median microseconds of cuBLAS in the same judging
+    samples: Mapped[int]  # timed batches; 0: checked right, never timed
+    job_id: Mapped[str] = mapped_column(String(ID_LENGTH))  # who measured it (no foreign key:
+    program_id: Mapped[str] = mapped_column(String(ID_LENGTH))  # timings outlive their job)
+    measured_at: Mapped[datetime] = mapped_column(default=utcnow)

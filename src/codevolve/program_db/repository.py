@@ -15,7 +15,8 @@ The functions live in ``jobs`` (jobs, proposal log), ``proposal_batches`` (the c
 batched proposal write), ``programs`` (programs and their guarded transition), ``elites`` (islands,
 cells, sampling, migration, resets, best cases), ``tokens`` (API tokens, stored hashed),
 ``bundles`` (uploaded problem bundles), ``stats`` (dashboard and metrics aggregates) and
-``job_figures`` (a job's counts, usage and best, in one statement).
+``job_figures`` (a job's counts, usage and best, in one statement) and ``launch_timings`` (the
+launch store, shared by every job).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from codevolve.program_db.jobs import (
     set_job_state,
     update_job_best,
 )
+from codevolve.program_db.launch_timings import record_timings, stored_timings
 from codevolve.program_db.mirror import ArchiveMirror, Drawn
 from codevolve.program_db.program_page import ProgramOrder, list_programs, owner_and_page
 from codevolve.program_db.programs import (
@@ -152,6 +154,7 @@ __all__ = [
     "record_proposal",
     "record_proposals",
     "record_remeasure",
+    "record_timings",
     "remeasure_candidates",
     "reset_islands",
     "revoke_token",
@@ -160,6 +163,7 @@ __all__ = [
     "set_job_best",
     "set_job_state",
     "store_bundle",
+    "stored_timings",
     "update_job_best",
     "upsert_best_cases",
     "write_proposals",

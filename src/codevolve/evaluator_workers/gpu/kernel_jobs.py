@@ -7,10 +7,11 @@ with "batch" (calls per timed batch), "graph" (whether a CUDA graph ran them) an
 "isolation": {layer: held}, "seconds": {...}, "compiled_ahead": 0}``. Every shape of
 ``check_shapes`` (ragged ones, say), then of ``shapes``, is checked first (fresh inputs, three
 distributions); the first wrong shape ends the job (its problem is the last entry of
-``problems``, nothing is timed). Then, when ``time`` is set, every shape of ``shapes`` is timed
-against cuBLAS in the order given; a shape that fails there is the first row whose status is
-not ``ok`` (the rows after it are ``skipped``). ``samples`` is the number of timed batches per
-shape.
+``problems``, nothing is timed). ``shapes`` may be empty when ``check_shapes`` is not (the
+shapes a launch store already answers are not sent: docs/launch-store.md). Then, when ``time``
+is set, every shape of ``shapes`` is timed against cuBLAS in the order given; a shape that
+fails there is the first row whose status is not ``ok`` (the rows after it are ``skipped``).
+``samples`` is the number of timed batches per shape.
 
 The candidate runs only in a caged runner of the device's pool (judging.py), loaded and compiled
 there (kernel_judge.py); this process never executes its source.
@@ -39,7 +40,7 @@ def shutdown() -> None:
 
 
 def _shapes(rows: Any, key: str = "shapes") -> list[Shape]:
-    if not isinstance(rows, list) or (key == "shapes" and not rows):
+    if not isinstance(rows, list):
         raise KernelJobError(f"kernel.measure needs a list {key!r} of [M, N, K]")
     shapes = []
     for row in rows:
@@ -61,9 +62,13 @@ def settings_from(payload: Any) -> tuple[str, MeasureSettings]:
     seed = payload.get("seed", 0)
     if type(seed) is not int:
         raise KernelJobError(f"'seed' is an int, not {seed!r}")
+    shapes = tuple(_shapes(payload.get("shapes")))
+    check_shapes = tuple(_shapes(payload.get("check_shapes", []), "check_shapes"))
+    if not shapes and not check_shapes:
+        raise KernelJobError("kernel.measure needs a shape in 'shapes' or 'check_shapes'")
     settings = MeasureSettings(
-        shapes=tuple(_shapes(payload.get("shapes"))),
-        check_shapes=tuple(_shapes(payload.get("check_shapes", []), "check_shapes")),
+        shapes=shapes,
+        check_shapes=check_shapes,
         seed=seed,
         samples=max(3, samples),
         time=bool(payload.get("time", True)),

@@ -19,6 +19,7 @@ Imported only in the device process and in tests (needs torch).
 
 from __future__ import annotations
 
+import importlib.metadata
 import random
 import secrets
 import time
@@ -89,7 +90,7 @@ def measure(
 ) -> dict[str, Any]:
     """Judge ``source`` on ``device`` ("cuda" or "cpu"); plain data (kernel_jobs.py's format)."""
     reply: dict[str, Any] = {
-        "device": device_info(device),
+        "device": {**device_info(device), "triton": triton_version()},
         "load_error": "",
         "problems": [],
         "timings": [],
@@ -119,6 +120,15 @@ def measure(
     finally:
         judging.close()
     return reply
+
+
+def triton_version() -> str | None:
+    """Triton's version here (None without Triton): part of what a stored timing was taken
+    under (docs/launch-store.md)."""
+    try:
+        return importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _lap(reply: dict[str, Any], name: str, started: float) -> float:

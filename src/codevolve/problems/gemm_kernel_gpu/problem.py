@@ -7,9 +7,10 @@ scheduling) and a dispatch by shape; the initial program is gemm-tiling-gpu's ke
 pointer loads, one program per tile) with that problem's best config rule
 (data/gemm_tiling_gpu/programs/gpu_evolved_best.py).
 
-Metric: geomean over the 44 train and 96 validation shapes (gemm-tiling's shapes and split) of
-t_cuBLAS / t_program, each measured with cold L2, alternating with cuBLAS, on fresh inputs whose
-timed outputs are checked. The 44 test shapes are measured alongside and only reported.
+Metric: geomean over the train and validation shapes (gemm-tiling's catalogue and split) of
+t_cuBLAS / t_program, each timed by the judge in batches of calls on fresh inputs whose outputs
+are checked, cuBLAS through the same path. The test shapes (held-out model families, and the seen
+projections at M values train lacks) are measured alongside and only reported.
 
 Cascade (stages.py): the static check on any CPU worker, then on a GPU worker a probe (ragged
 shapes checked, six shapes timed; a child keeps 90 % of its parent's probe score), then all
@@ -22,10 +23,13 @@ per regime and keep gemm-tiling's rule mutations for the tiled kernel's configs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from codevolve.core.launch_store import LaunchKey
 from codevolve.core.problem import FeatureSpec, Mutation, ProblemSpec, SourceCheckStage
 from codevolve.problems.gemm_kernel_gpu.kernel_source import initial_program
-from codevolve.problems.gemm_kernel_gpu.stages import full_stage, probe_stage
+from codevolve.problems.gemm_kernel_gpu.launches import launch_keys
+from codevolve.problems.gemm_kernel_gpu.stages import GpuKernelStage, full_stage, probe_stage
 from codevolve.problems.gemm_kernel_gpu.static_check import check_source
 
 NAME = "gemm-kernel-gpu"
@@ -40,17 +44,35 @@ DESCRIPTION = (
     "out) in Triton for an NVIDIA H200 (132 SMs, Hopper: wgmma, TMA tensor descriptors). "
     "The program's matmul(x, w, y, workspace, num_sms) launches its own kernels; "
     "workspace is fp32 scratch of at least max(4 * M * N, 2**24) elements holding "
-    "garbage. Shapes are the Llama-3.1-8B and 70B/TP8 projections (N, K: 6144x4096, "
-    "4096x4096, 28672x4096, 4096x14336, 1280x8192, 8192x1024, 7168x8192, 8192x3584) at "
-    "M = 1..8192 tokens. Score: geomean over the train and validation shapes of "
-    "t_cuBLAS / t_program, cold L2, timed alternately with cuBLAS on fresh inputs whose "
-    "outputs are checked. Only Triton and math may be imported: no torch, no streams, no "
+    "garbage. Shapes are LLM projections (N, K) of several model families at M = 1..8192 "
+    "tokens; the test split holds out whole model families, so a dispatch keyed on exact "
+    "(N, K) pairs does not carry over. Score: geomean over the train and validation shapes "
+    "of t_cuBLAS / t_program, timed in batches on fresh inputs whose outputs are checked, "
+    "cuBLAS through the same path. Only Triton and math may be imported: no torch, no "
+    "streams, no "
     "threads, no caching of results; every element of y must be written."
 )
 
 
-def gemm_kernel_gpu_problem() -> ProblemSpec:
-    return ProblemSpec(
+@dataclass(frozen=True, slots=True)
+class GemmKernelGpuProblem(ProblemSpec):
+    """The problem, with the launches each program takes (read from its source)."""
+
+    def launch_keys(self, source: str) -> list[LaunchKey] | None:
+        """The launches the program takes on every shape its GPU stages judge, read from the
+        source (launches.py): what the launch store is asked for (docs/launch-store.md)."""
+        shapes = {
+            shape
+            for stage in self.stages
+            if isinstance(stage, GpuKernelStage)
+            for shape in stage.judged_shapes()
+        }
+        keys = launch_keys(source, sorted(shapes))
+        return None if keys is None else sorted(set(keys.values()), key=str)
+
+
+def gemm_kernel_gpu_problem() -> GemmKernelGpuProblem:
+    return GemmKernelGpuProblem(
         name=NAME,
         description=DESCRIPTION,
         initial_program=initial_program(),

@@ -19,6 +19,7 @@ back.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,8 @@ import numpy as np
 from codevolve.core.device import GPU, Device
 from codevolve.core.problem import TRAIN_SCORE, Candidate, Threshold
 from codevolve.core.program import CaseResult, StageResult
+from codevolve.problems.gemm_kernel_gpu import stored
+from codevolve.problems.gemm_kernel_gpu.launches import launch_keys
 from codevolve.problems.gemm_tiling.baselines import geomean
 from codevolve.problems.gemm_tiling.shapes import GemmShape, probe_shapes, tiling_split
 
@@ -64,20 +67,60 @@ class GpuKernelStage:
         error = f"the {self.name} stage needs a worker with a GPU (capability 'gpu')"
         return StageResult(stage=self.name, passed=False, score=None, error=error)
 
+    def judged_shapes(self) -> list[tuple[int, int, int]]:
+        """Every shape the stage checks or times, as (M, N, K)."""
+        timed = [(s.m, s.n, s.k) for s in (*self.shapes, *self.heldout)]
+        return [*self.check_shapes, *timed]
+
     def run_on(self, candidate: Candidate, device: Device, rng: np.random.Generator) -> StageResult:
-        shapes = (*self.shapes, *self.heldout)
-        payload: dict[str, Any] = {
-            "source": candidate.source,
-            "shapes": [[s.m, s.n, s.k] for s in shapes],
-            "check_shapes": [list(s) for s in self.check_shapes],
-            "seed": int(rng.integers(2**31)),
-            "samples": self.samples,
+        shapes = [(s.m, s.n, s.k) for s in (*self.shapes, *self.heldout)]
+        answered = stored.answer(
+            launch_keys(candidate.source, [*self.check_shapes, *shapes]),
+            getattr(candidate, "stored_timings", ()),
+            device,
+            checks=self.check_shapes,
+            timed=shapes,
+        )
+        value: dict[str, Any] = {"load_error": "", "problems": [], "timings": []}
+        if answered.checks or answered.timed:
+            payload: dict[str, Any] = {
+                "source": candidate.source,
+                "shapes": [list(s) for s in answered.timed],
+                "check_shapes": [list(s) for s in answered.checks],
+                "seed": int(rng.integers(2**31)),
+                "samples": self.samples,
+            }
+            answer = device.run(MEASURE_JOB, payload, timeout_s=self.timeout_s)
+            if not answer.ok:
+                kind = "device fault" if answer.fault else "device error"
+                return self._failed(f"{kind}: {answer.error}")
+            value = dict(answer.value) if isinstance(answer.value, dict) else {}
+        rows = dict(zip(answered.timed, value.get("timings", []), strict=False))
+        merged = {
+            **value,
+            "problems": self._problems(answered, value.get("problems", [])),
+            "timings": [
+                stored.stored_row(answered.stored[s]) if s in answered.stored else rows[s]
+                for s in shapes
+                if s in answered.stored or s in rows
+            ],
         }
-        answer = device.run(MEASURE_JOB, payload, timeout_s=self.timeout_s)
-        if not answer.ok:
-            kind = "device fault" if answer.fault else "device error"
-            return self._failed(f"{kind}: {answer.error}")
-        return self.judge(answer.value, device_index=device.index)
+        result = self.judge(merged, device_index=device.index)
+        from_store = sum(1 for s in shapes if s in answered.stored)
+        artifacts = {**result.artifacts, "from_store": f"{from_store}/{len(shapes)}"}
+        fresh = stored.fresh_timings(answered, value, rows) if result.passed else ()
+        return dataclasses.replace(result, artifacts=artifacts, launch_timings=fresh)
+
+    def _problems(self, answered: stored.Answered, problems: list[str]) -> list[str]:
+        """The device's problems per shape sent, as the judge's list over every checked shape
+        (the shapes the store answered were checked right when they were timed)."""
+        if not (problems and problems[-1]):
+            return []
+        sent = (*answered.checks, *answered.timed)
+        wrong = sent[len(problems) - 1] if len(problems) <= len(sent) else None
+        everything = (*self.check_shapes, *((s.m, s.n, s.k) for s in (*self.shapes, *self.heldout)))
+        at = everything.index(wrong) if wrong in everything else len(everything) - 1
+        return [""] * at + [problems[-1]]
 
     def _failed(self, error: str) -> StageResult:
         return StageResult(stage=self.name, passed=False, score=None, error=error)

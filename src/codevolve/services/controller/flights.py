@@ -19,6 +19,7 @@ from codevolve.core.program import Evaluation, Program, ProgramId
 from codevolve.core.task import Task
 from codevolve.evaluator_workers.queue import TaskQueue
 from codevolve.program_db.job_store import JobStore
+from codevolve.services.controller.launch_reuse import KeysOf, with_stored_timings
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +33,13 @@ class InFlight:
 class Flights:
     """The job's programs in flight and the queue their tasks go to."""
 
-    def __init__(self, job: Job, queue: TaskQueue, store: JobStore) -> None:
+    def __init__(
+        self, job: Job, queue: TaskQueue, store: JobStore, *, launch_keys: KeysOf | None = None
+    ) -> None:
         self._job = job
         self._queue = queue
         self._store = store
+        self._launch_keys = launch_keys  # the problem's, when it keeps GPU timings per launch
         self._flying: dict[ProgramId, InFlight] = {}
 
     def __bool__(self) -> bool:
@@ -127,6 +131,7 @@ class Flights:
             start_stage=len(evaluation.stages),
             prior_stages=evaluation.stages,
         )
+        task = await with_stored_timings(task, self._store, self._launch_keys)
         self._flying[evaluation.program_id] = dataclasses.replace(flight, task=task)
         await self._queue.submit(task)
 

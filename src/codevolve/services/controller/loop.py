@@ -40,6 +40,7 @@ from codevolve.proposers.base import Proposer
 from codevolve.services.controller import islands
 from codevolve.services.controller.confirmation import BestConfirmation
 from codevolve.services.controller.flights import Flights, InFlight
+from codevolve.services.controller.launch_reuse import keys_of
 from codevolve.services.controller.parents import ParentCache
 from codevolve.services.controller.progress import Progress
 from codevolve.services.controller.proposal_ledger import ProposalLedger
@@ -99,7 +100,7 @@ class Controller:
             max_code_length=self._config.max_code_length,
         )
         self._slots = Slots(self._config.max_in_flight)
-        self._flights = Flights(job, queue, self._store)
+        self._flights = Flights(job, queue, self._store, launch_keys=keys_of(problem))
         known = KnownSources(content_hash(problem.initial_program))
         self._writes = ProposalWrites(self._store, self._flights, self._slots, known=known)
         self._parents = ParentCache(self._store, self._config)

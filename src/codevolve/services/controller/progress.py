@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from codevolve.core.program import Evaluation, ProgramStatus
+from codevolve.services.controller.launch_reuse import from_store
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +24,7 @@ class Progress:
     apply_failed: int = 0
     duplicates: int = 0
     remeasured: int = 0  # re-measure samples applied in this process (not proposals)
+    from_store: int = 0  # results whose device stages the launch store answered wholly
     best_score: float | None = None  # the job's best as confirmed on independent samples
     started: float = field(default_factory=time.monotonic)
 
@@ -40,5 +42,7 @@ class Progress:
             self.rejected += 1
         else:
             self.failed += 1
+        if from_store(evaluation):
+            self.from_store += 1
         if evaluation.status is ProgramStatus.FAILED:
             log.debug("program %s failed: %s", evaluation.program_id, evaluation.error)

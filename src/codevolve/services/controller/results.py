@@ -21,6 +21,7 @@ from codevolve.program_db import archive
 from codevolve.program_db.archive import WRITTEN
 from codevolve.program_db.job_store import JobStore, JobTransaction
 from codevolve.program_db.programs import evaluated_program
+from codevolve.services.controller.launch_reuse import record_fresh_timings
 from codevolve.services.controller.parents import ParentCache
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class ResultApplier:
                     if evaluation.program_id in applied_ids and program is not None:
                         applied.setdefault(program.id, Applied(program, evaluation, cell))
                 await self._archive(unit, list(applied.values()))
+                await record_fresh_timings(unit, [a.evaluation for a in applied.values()])
         except BaseException:
             self._parents.forget()
             raise
