@@ -61,7 +61,7 @@ def hardware() -> dict[str, Any]:
     import torch
     import triton
 
-    from codevolve.evaluator_workers.gpu.gemm_bench import GemmBench, device_info
+    from codevolve.problems.gemm_tiling_gpu.device.gemm_bench import GemmBench, device_info
 
     @triton.jit  # type: ignore[untyped-decorator]
     def _empty(x_ptr):  # type: ignore[no-untyped-def]
@@ -136,8 +136,8 @@ def _pairs(shapes_configs: Iterable[tuple[GemmShape, GemmConfig]]) -> list[Any]:
 def oracle(samples: int, workers: int, out: Path) -> dict[str, Any]:
     """The sweep; ``out`` is rewritten after every shape (``"complete": false`` until the end),
     so a sweep cut short by a time limit keeps what it measured."""
-    from codevolve.evaluator_workers.gpu.gemm_bench import GemmBench
-    from codevolve.evaluator_workers.gpu.gemm_jobs import precompile
+    from codevolve.problems.gemm_tiling_gpu.device.gemm_bench import GemmBench
+    from codevolve.problems.gemm_tiling_gpu.device.gemm_jobs import precompile
 
     shapes = all_shapes()
     candidates = {s: candidate_configs(s) for s in shapes}
@@ -226,7 +226,7 @@ def _oracle_table(
     errors: dict[Any, str],
     started: float,
 ) -> dict[str, Any]:
-    from codevolve.evaluator_workers.gpu.gemm_bench import device_info
+    from codevolve.problems.gemm_tiling_gpu.device.gemm_bench import device_info
 
     shapes = all_shapes()
     return {
@@ -328,7 +328,7 @@ def program_configs(path: Path, shapes: Sequence[GemmShape]) -> list[GemmConfig]
 def evaluate(
     data: dict[str, Any], programs: Sequence[Path], samples: int, seed: int
 ) -> dict[str, Any]:
-    from codevolve.evaluator_workers.gpu.gemm_bench import GemmBench, device_info
+    from codevolve.problems.gemm_tiling_gpu.device.gemm_bench import GemmBench, device_info
 
     table = parse_oracle(data)
     shapes = all_shapes()

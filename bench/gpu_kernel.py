@@ -110,7 +110,7 @@ class Runner:
     """The device job's judge in this process (runners caged; compose needs no torch)."""
 
     def __init__(self, samples: int, seed: int, flush: str = "dirty") -> None:
-        from codevolve.evaluator_workers.gpu.gemm_bench import device_info
+        from codevolve.problems.gemm_tiling_gpu.device.gemm_bench import device_info
 
         del flush
         self.device = device_info()
@@ -119,7 +119,7 @@ class Runner:
 
     def measure(self, source: str, shapes: list[GemmShape]) -> dict[str, Any]:
         """Per shape key: {"ratio": t_cublas / t, "t_us", "cublas_us"} or {"error": ...}."""
-        from codevolve.evaluator_workers.gpu import kernel_jobs
+        from codevolve.problems.gemm_kernel_gpu.device import kernel_jobs
 
         payload = {
             "source": source,

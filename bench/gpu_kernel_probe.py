@@ -57,7 +57,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from codevolve.evaluator_workers.gpu.kernel_loader import LoadError, SourceModules
+from codevolve.evaluator_workers.gpu.source_loader import LoadError, SourceModules
 from codevolve.problems.gemm_kernel_gpu.kernel_source import variant_source
 
 PRELUDE = "import math\nimport torch\nimport triton\nimport triton.language as tl\n"
@@ -93,7 +93,7 @@ class Clock:
     def __init__(self, samples: int) -> None:
         import torch
 
-        from codevolve.evaluator_workers.gpu.gemm_bench import FLUSH_MIN_BYTES
+        from codevolve.problems.gemm_tiling_gpu.device.gemm_bench import FLUSH_MIN_BYTES
 
         self.torch = torch
         self.samples = samples
@@ -125,7 +125,7 @@ class Clock:
 def operands(dims: tuple[int, int, int]) -> tuple[Any, Any, Any, Any]:
     import torch
 
-    from codevolve.evaluator_workers.gpu.kernel_bench import workspace_elements
+    from codevolve.problems.gemm_kernel_gpu.device.kernel_bench import workspace_elements
 
     m, n, k = dims
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

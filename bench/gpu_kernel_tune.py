@@ -258,8 +258,8 @@ def _precompile(shapes: list[tuple[int, int, int]]) -> list[str]:
     what the sweep's process then only loads."""
     import torch
 
-    from codevolve.evaluator_workers.gpu.kernel_bench import shape_buffers
-    from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader
+    from codevolve.problems.gemm_kernel_gpu.device.kernel_bench import shape_buffers
+    from codevolve.problems.gemm_kernel_gpu.device.kernel_loader import KernelLoader
 
     entry = KernelLoader().load(sweep_program())
     if not callable(entry):
@@ -300,13 +300,13 @@ def precompile(shapes: list[GemmShape], processes: int) -> None:
 def sweep(args: argparse.Namespace) -> None:
     import torch
 
-    from codevolve.evaluator_workers.gpu.gemm_bench import WARMUP_LAUNCHES, device_info
-    from codevolve.evaluator_workers.gpu.kernel_bench import (
+    from codevolve.problems.gemm_kernel_gpu.device.kernel_bench import (
         CandidateFault,
         KernelBench,
         shape_buffers,
     )
-    from codevolve.evaluator_workers.gpu.kernel_loader import KernelLoader
+    from codevolve.problems.gemm_kernel_gpu.device.kernel_loader import KernelLoader
+    from codevolve.problems.gemm_tiling_gpu.device.gemm_bench import WARMUP_LAUNCHES, device_info
 
     shapes = selection_shapes(heldout=args.heldout)
     if args.only:

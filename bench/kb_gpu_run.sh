@@ -27,7 +27,7 @@ for step in "$@"; do
     tests)
       timeout ${KB_TESTS_TIMEOUT:-300} python3 -m pytest -c /dev/null --rootdir . -p no:cacheprovider -q \
         -W ignore::pytest.PytestUnknownMarkWarning tests/gpu \
-        tests/unit/evaluator_workers/gpu/test_kb_judge.py \
+        tests/unit/problems/kernelbench/device/test_kb_judge.py \
         2>&1 | tee "$OUT/gpu_tests.log" | tail -15
       ;;
     templates)

@@ -44,7 +44,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.device == "cpu":
         os.environ["CODEVOLVE_KB_DEVICE"] = "cpu"
-    from codevolve.evaluator_workers.gpu import kb_jobs
+    from codevolve.problems.kernelbench.device import kb_jobs
 
     for timed in (False, True):
         seconds = []

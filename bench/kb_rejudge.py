@@ -18,7 +18,7 @@ import json
 import time
 from pathlib import Path
 
-from codevolve.evaluator_workers.gpu import kb_jobs
+from codevolve.problems.kernelbench.device import kb_jobs
 
 
 def main() -> None:

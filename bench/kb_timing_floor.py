@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from codevolve.evaluator_workers.gpu import kb_jobs
+from codevolve.problems.kernelbench.device import kb_jobs
 
 
 def reference(n: int) -> str:

@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--shapes", choices=("decode", "all"), default="all")
     args = parser.parse_args()
 
-    from codevolve.evaluator_workers.gpu import kernel_jobs
+    from codevolve.problems.gemm_kernel_gpu.device import kernel_jobs
 
     source = program(args.variant)
     shapes = DECODE + (PREFILL if args.shapes == "all" else [])

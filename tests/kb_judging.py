@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from codevolve.evaluator_workers.gpu.kb_judge import JudgeSettings, judge
-from codevolve.evaluator_workers.gpu.kb_loader import KbLoader
-from codevolve.evaluator_workers.gpu.kb_timing import REFERENCE_RUNNERS
 from codevolve.evaluator_workers.gpu.runner_link import RunnerPool, RunnerSettings
+from codevolve.problems.kernelbench.device.kb_judge import JudgeSettings, judge
+from codevolve.problems.kernelbench.device.kb_loader import KbLoader
+from codevolve.problems.kernelbench.device.kb_timing import REFERENCE_RUNNERS
 
 
 class Judges:

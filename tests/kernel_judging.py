@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from codevolve.evaluator_workers.gpu.kernel_judge import MeasureSettings, measure
 from codevolve.evaluator_workers.gpu.runner_link import RunnerPool, RunnerSettings
+from codevolve.problems.gemm_kernel_gpu.device.kernel_judge import MeasureSettings, measure
 
 HONEST = """
 def matmul(x, w, y, workspace, num_sms):

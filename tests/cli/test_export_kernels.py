@@ -166,11 +166,12 @@ def test_the_triton_export_prints_the_module_without_out(
 def test_the_exported_figures_are_the_harnesss() -> None:
     """The module carries the harness's tolerance and workspace size as numbers (it must run
     without codevolve): they follow the harness when it changes."""
-    from codevolve.evaluator_workers.gpu import gemm_bench, kernel_bench
     from codevolve.problems.gemm_kernel_gpu import export as triton_module
+    from codevolve.problems.gemm_kernel_gpu.device import kernel_bench
+    from codevolve.problems.gemm_tiling import gpu_timing
 
-    assert triton_module.RTOL == gemm_bench.RTOL
-    assert triton_module.ATOL_OF_RMS == gemm_bench.ATOL_OF_RMS
+    assert triton_module.RTOL == gpu_timing.RTOL
+    assert triton_module.ATOL_OF_RMS == gpu_timing.ATOL_OF_RMS
     assert triton_module.MIN_WORKSPACE == kernel_bench.MIN_WORKSPACE
 
 

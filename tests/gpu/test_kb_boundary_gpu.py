@@ -14,10 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from codevolve.evaluator_workers.gpu.kb_judge import JudgeSettings, judge  # noqa: E402
-from codevolve.evaluator_workers.gpu.kb_loader import KbLoader  # noqa: E402
-from codevolve.evaluator_workers.gpu.kb_timing import REFERENCE_RUNNERS  # noqa: E402
 from codevolve.evaluator_workers.gpu.runner_link import RunnerPool, RunnerSettings  # noqa: E402
+from codevolve.problems.kernelbench.device.kb_judge import JudgeSettings, judge  # noqa: E402
+from codevolve.problems.kernelbench.device.kb_loader import KbLoader  # noqa: E402
+from codevolve.problems.kernelbench.device.kb_timing import REFERENCE_RUNNERS  # noqa: E402
 from tests.kernelbench_programs import TRITON_RELU  # noqa: E402
 
 pytestmark = [

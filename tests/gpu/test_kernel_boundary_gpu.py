@@ -48,7 +48,7 @@ def loose() -> Iterator[Any]:
 
 
 def _measure(pool: Any, body: str, **settings: Any) -> dict[str, Any]:
-    from codevolve.evaluator_workers.gpu.kernel_judge import MeasureSettings, measure
+    from codevolve.problems.gemm_kernel_gpu.device.kernel_judge import MeasureSettings, measure
 
     source = (
         PRELUDE
@@ -101,7 +101,8 @@ def test_an_answer_before_the_gpu_work_is_done_is_caught(loose: Any) -> None:
     body = """
     torch = _torch(x)
     torch.cuda.synchronize = lambda *args: None
-    mod(x, "codevolve.evaluator_workers.gpu.kernel_role")._synchronize = lambda *args: None
+    role = mod(x, "codevolve.problems.gemm_kernel_gpu.device.kernel_role")
+    role._synchronize = lambda *args: None
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         torch.cuda._sleep(50_000_000)

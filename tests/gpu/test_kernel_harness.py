@@ -55,7 +55,7 @@ def runners() -> Iterator[Any]:
 
 
 def measure(runners: Any, source: str, shapes: list[Any], **settings: Any) -> dict[str, Any]:
-    from codevolve.evaluator_workers.gpu.kernel_judge import MeasureSettings, measure
+    from codevolve.problems.gemm_kernel_gpu.device.kernel_judge import MeasureSettings, measure
 
     fields = {"time": False, "samples": 5, **settings}
     fields["check_shapes"] = tuple(fields.get("check_shapes", ()))

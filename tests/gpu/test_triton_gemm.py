@@ -30,7 +30,7 @@ SHAPES = [(1, 1280, 8192), (100, 320, 384), (37, 320, 200)]  # ragged M, N; K % 
 def test_every_config_writes_every_element_exactly_on_small_integers(
     shape: tuple[int, int, int],
 ) -> None:
-    from codevolve.evaluator_workers.gpu.gemm_bench import _CheckInputs
+    from codevolve.problems.gemm_tiling_gpu.device.gemm_bench import _CheckInputs
 
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
@@ -40,7 +40,7 @@ def test_every_config_writes_every_element_exactly_on_small_integers(
 
 
 def test_the_check_catches_a_wrong_result() -> None:
-    from codevolve.evaluator_workers.gpu.gemm_bench import _CheckInputs
+    from codevolve.problems.gemm_tiling_gpu.device.gemm_bench import _CheckInputs
 
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1)
@@ -51,7 +51,7 @@ def test_the_check_catches_a_wrong_result() -> None:
 
 
 def test_a_config_beyond_shared_memory_is_a_compile_error_not_a_fault() -> None:
-    from codevolve.evaluator_workers.gpu.gemm_bench import GemmBench
+    from codevolve.problems.gemm_tiling_gpu.device.gemm_bench import GemmBench
 
     bench = GemmBench()
     timing = bench.measure([((64, 1024, 1024), (256, 256, 128, 8, 5, 8))], seed=0, samples=3)[0]
@@ -59,7 +59,7 @@ def test_a_config_beyond_shared_memory_is_a_compile_error_not_a_fault() -> None:
 
 
 def test_measure_times_candidate_and_cublas_and_caches_the_pair() -> None:
-    from codevolve.evaluator_workers.gpu.gemm_bench import GemmBench
+    from codevolve.problems.gemm_tiling_gpu.device.gemm_bench import GemmBench
 
     bench = GemmBench()
     pair = ((512, 4096, 4096), (128, 128, 64, 4, 3, 8))

@@ -121,7 +121,7 @@ def test_zeros_for_a_matrix_product_are_wrong(judges: Judges) -> None:
 def test_replacing_the_judges_comparison_reaches_only_its_own_process(judges: Judges) -> None:
     forward = """
     def forward(self, a, b):
-        compare = mod("codevolve.evaluator_workers.gpu.kb_compare")
+        compare = mod("codevolve.problems.kernelbench.device.kb_compare")
         compare.compare = lambda *args, **kwargs: compare.Comparison("")
         compare.all_finite = lambda value: True
         return a.new_zeros(32, 16)

@@ -128,7 +128,7 @@ def test_replacing_the_judges_comparison_reaches_only_its_own_process(
     judges: KernelJudges,
 ) -> None:
     body = """
-    bench = mod(x, "codevolve.evaluator_workers.gpu.kernel_bench")
+    bench = mod(x, "codevolve.problems.gemm_kernel_gpu.device.kernel_bench")
     bench.tolerance_problem = lambda *args: ""
     bench.CheckedCall.problem = lambda *args: ""
     y.zero_()

@@ -2,12 +2,12 @@
 
 A KernelBench candidate is a program defining ``class ModelNew(nn.Module)`` that must compute
 what the user's reference ``Model`` computes, faster. It runs in the device process beside the
-trusted judge (evaluator_workers/gpu/kb_judge.py), so it gets torch itself: these rules close the
-ways out of that namespace and the known reward hacks that reading can see (KernelBench's and
-Sakana's catalogues: a side stream the timer misses, a fallback to the reference, a seeded RNG
-that predicts the inputs, a monkeypatched torch function, a global switch that lowers the
-reference's precision too). What reading cannot see (caching, a wrong result, writes into the
-inputs, a thread) the judge catches by running it.
+trusted judge (the KernelBench plug-in's device code), so it gets torch itself: these rules
+close the ways out of that namespace and the known reward hacks that reading can see
+(KernelBench's and Sakana's catalogues: a side stream the timer misses, a fallback to the
+reference, a seeded RNG that predicts the inputs, a monkeypatched torch function, a global
+switch that lowers the reference's precision too). What reading cannot see (caching, a wrong
+result, writes into the inputs, a thread) the judge catches by running it.
 
 :func:`check_model_new` is used twice: by the problem's static stage on a CPU worker, and by the
 device process's loader before the program is executed. :func:`check_reference` guards the

@@ -5,7 +5,7 @@ can be scored from timings already taken when a child only re-routes cases to la
 before. A :class:`LaunchKey` names what ran: the hash of the kernel sources the launch reaches,
 the launch's parameters as canonical text, and the case. A :class:`StoredTiming` is one judge's
 figures for a key on one GPU model under one harness version. The problem derives keys from a
-program's source by reading it, never running it (problems/gemm_kernel_gpu/launches.py); only the
+program's source by reading it, never running it (gemm-kernel-gpu's launches.py); only the
 judge's replies write timings (docs/launch-store.md).
 """
 

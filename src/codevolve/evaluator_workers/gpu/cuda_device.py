@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+from typing import Any
 
 import torch
 
@@ -30,17 +31,24 @@ def cuda_device_info() -> dict[str, object]:
     }
 
 
+def device_info(device: str) -> dict[str, Any]:
+    """The judges' device (``"cuda"`` or ``"cpu"``) described, with its type."""
+    if device == "cuda":
+        return {"type": "cuda", **cuda_device_info()}
+    return {
+        "type": "cpu",
+        "name": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
+
+
 def info_job(payload: object) -> dict[str, object]:
     """The generic ``info`` device job: the device this process holds, with the libraries'
     versions; a device process that sees no GPU (``--gpus cpu``) describes its CPU."""
     del payload
     if not torch.cuda.is_available():
-        return {
-            "type": "cpu",
-            "name": platform.processor() or platform.machine(),
-            "threads": torch.get_num_threads(),
-            "torch": torch.__version__,
-        }
+        return device_info("cpu")
     info = cuda_device_info()
     try:
         import triton

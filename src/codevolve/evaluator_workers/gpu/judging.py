@@ -1,9 +1,9 @@
 """The device process's judging layer: one device and one pool of runners that the judge of
-every GPU problem uses (KernelBench's ``kb.judge``, gemm-kernel-gpu's ``kernel.measure``).
+every GPU problem uses (the problems' device jobs: ``problems/<name>/device/``).
 
-A candidate of either runs only in a runner of this pool (runner.py): a throw-away caged process
-of its own; the judges (kb_judge.py, kernel_judge.py) keep the inputs, the references, the
-comparison and the clock here.
+A candidate runs only in a runner of this pool (runner.py): a throw-away caged process of its
+own, in the role its judge names (runner_role.py); the judges keep the inputs, the references,
+the comparison and the clock here.
 
 Imported only in the device process and in tests (needs torch).
 """
@@ -18,6 +18,11 @@ import torch
 from codevolve.evaluator_workers.gpu.runner_link import RunnerPool, RunnerSettings
 
 DEVICE_ENV = "CODEVOLVE_KB_DEVICE"  # "cpu" forces the CPU where a GPU is visible
+# A timed batch runs at least this long, where memory allows: on CUDA some 40 times the batch's
+# fixed cost (about 0.5 ms on an H100; docs/security.md); on the CPU well above a busy
+# machine's scheduling delays.
+BATCH_TARGET_MS = {"cuda": 20.0, "cpu": 10.0}
+MAX_BATCH = {"cuda": 2048, "cpu": 16}  # calls in one timed batch (each on fresh inputs)
 
 
 @functools.cache
@@ -35,11 +40,7 @@ def runners() -> RunnerPool:
 
 
 def shutdown() -> None:
-    """End the runners this process started: the KernelBench reference timers', then the
-    pool's."""
-    from codevolve.evaluator_workers.gpu.kb_timing import REFERENCE_RUNNERS
-
-    REFERENCE_RUNNERS.close()
+    """End the pool's runners, if started (a judge ends its own runners first)."""
     if runners.cache_info().currsize:
         runners().close()
         runners.cache_clear()

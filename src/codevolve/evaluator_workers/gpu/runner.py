@@ -16,6 +16,9 @@ then on, can no longer widen its rights; only then does ``load`` execute the pro
 - rlimits: processes and threads, open files, file size, no core dumps, CPU time, and on the CPU
   the address space.
 
+What runs the program is its role (runner_role.py): the module the judge names in ``load``,
+which then answers the judge's requests about it. The runner names no problem.
+
 Messages both ways are a 4-byte length and UTF-8 JSON (runner_link.py frames the judge's side);
 tensors cross as descriptions of shared memory (shared_tensors.py). The runner's replies are
 claims of an untrusted process: the judge reads outputs from memory, checks them itself and
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib
 import json
 import os
 import resource
@@ -36,9 +40,9 @@ import socket
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
+
+from codevolve.evaluator_workers.gpu.runner_role import Op, ProgramProblem, RoleContext
 
 HEADER_BYTES = 4
 MAX_MESSAGE = 64 << 20
@@ -46,7 +50,6 @@ PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 CLONE_NEWNET, CLONE_NEWNS = 0x40000000, 0x00020000
 MS_REC, MS_PRIVATE = 16384, 1 << 18
-MESSAGE_CHARS = 300  # of a program's exception message
 
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -78,16 +81,14 @@ def _receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
 
 
 class _Runner:
-    """The runner's state: its device, its arena, its program and model."""
+    """The runner's state: its device, its arena, and the role that holds its program."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
         import torch
 
         from codevolve.evaluator_workers.gpu import shared_tensors
-        from codevolve.evaluator_workers.gpu.kb_loader import KbLoader
-        from codevolve.evaluator_workers.gpu.kb_watch import OpRecorder
 
-        self.torch, self.shared, self.recorder_class = torch, shared_tensors, OpRecorder
+        self.torch, self.shared = torch, shared_tensors
         self.settings = settings
         self.device = str(settings["device"])
         self.scratch = str(settings["scratch"])
@@ -98,20 +99,10 @@ class _Runner:
         else:
             torch.set_num_threads(int(settings.get("threads", 1)))
         torch.set_grad_enabled(False)
-        self.loader = KbLoader(Path(self.scratch) / "programs")
-        if not settings.get("rules", True):  # tests: what the judge catches behind the rules
-            from codevolve.evaluator_workers.gpu import kb_loader
-
-            kb_loader.check_model_new = lambda source: ""  # type: ignore[attr-defined]
         self.arena: Any = None
-        self.program: Callable[..., Any] | None = None
-        self.model: Any = None
-        self.kept: list[Any] = []  # outputs the judge has yet to copy (CUDA)
-        self.staged: list[tuple[list[Any], list[dict[str, Any]]]] = []
-        self.trusted = False
         self.cache: str | None = None
         self.layers: dict[str, bool] = {}
-        self.role_ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+        self.role_ops: dict[str, Op] = {}
 
     # -- the cage -------------------------------------------------------------------------
 
@@ -206,175 +197,19 @@ class _Runner:
             raise RuntimeError("the device computed a wrong sum")
 
     def load(self, message: dict[str, Any]) -> dict[str, Any]:
-        self.trusted = bool(message.get("trusted"))
-        if message.get("role") == "kernel":  # gemm-kernel-gpu: a launch function on the judge's
-            return self._load_kernel(message)  # buffers (kernel_role.py)
-        source = str(message["source"])
-        loaded: Any = (
-            self.loader.reference(source) if self.trusted else self.loader.candidate(source)
+        """Load the program in the role the judge names (a module: runner_role.py)."""
+        role = importlib.import_module(str(message["role"]))
+        context = RoleContext(
+            arena=self.arena,
+            device=self.device,
+            scratch=self.scratch,
+            rules=bool(self.settings.get("rules", True)),
         )
-        program = getattr(loaded, "model" if self.trusted else "model_new", None)
-        if program is None:
-            return {"load_error": str(getattr(loaded, "message", "the program did not load"))}
-        self.program = program
+        loaded = role.load(message, context)
+        if isinstance(loaded, str):
+            return {"load_error": loaded}
+        self.role_ops = loaded.ops()
         return {"ok": True}
-
-    def _load_kernel(self, message: dict[str, Any]) -> dict[str, Any]:
-        from codevolve.evaluator_workers.gpu import kernel_role
-
-        rules = bool(self.settings.get("rules", True))
-        role = kernel_role.KernelRole.load(
-            message, arena=self.arena, device=self.device, scratch=self.scratch, rules=rules
-        )
-        if isinstance(role, str):
-            return {"load_error": role}
-        role.problem = _Problem  # the candidate's errors, answered as ``problem``
-        self.role_ops = role.ops()
-        return {"ok": True}
-
-    def construct(self, message: dict[str, Any]) -> dict[str, Any]:
-        assert self.program is not None
-        init = [self.shared.decode(v, self.arena.tensor) for v in message["init"]]
-        init = [v.clone() if isinstance(v, self.torch.Tensor) else v for v in init]
-        self.torch.manual_seed(int(message["seed"]))
-        model = self._call("constructing", self.program, init)
-        if not isinstance(model, self.torch.nn.Module):
-            raise _Problem(f"{self._name()}(...) is not a torch.nn.Module")
-        self.model = model.to(self.device)
-        return {"ok": True}
-
-    def compile(self, message: dict[str, Any]) -> dict[str, Any]:
-        """The model replaced by ``torch.compile`` of it (a reference's baseline)."""
-        del message
-        self.model = self.torch.compile(self.model)
-        return {"ok": True}
-
-    def call(self, message: dict[str, Any]) -> dict[str, Any]:
-        """A checked call: run the model on each round's inputs with the aten operators it
-        runs recorded, and deliver the outputs."""
-        self.stage(message)
-        recorder = self.recorder_class()
-        reply = self.go({}, recorder=recorder)
-        reply["ops"] = sorted(recorder.ops | recorder.overloads)
-        return reply
-
-    def stage(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Resolve the rounds' input descriptions now, so that a timed batch spends nothing on
-        them."""
-        self.staged = [
-            ([self.shared.decode(v, self.arena.tensor) for v in r["inputs"]], r.get("slots", []))
-            for r in message["rounds"]
-        ]
-        return {"ok": True}
-
-    def go(self, message: dict[str, Any], *, recorder: Any = None) -> dict[str, Any]:
-        """Run the staged rounds, wait for the device, deliver: on the CPU each output copied
-        into its slots, on CUDA kept and named by IPC handle."""
-        del message
-        self.kept = []
-        if recorder is None:
-            outputs = [self._call("", self.model, args) for args, _ in self.staged]
-        else:
-            with recorder:
-                outputs = [self._call("", self.model, args) for args, _ in self.staged]
-        if self.device == "cuda":
-            self.torch.cuda.synchronize()
-            if recorder is None:
-                alike = self._alike(outputs)
-                if alike is not None:
-                    return {"alike": alike}
-        results = [
-            self._deliver(output, slots)
-            for output, (_args, slots) in zip(outputs, self.staged, strict=True)
-        ]
-        reply: dict[str, Any] = {"outputs": results}
-        if recorder is not None:
-            reply["aliases"] = [
-                self._alias(o, args) for o, (args, _) in zip(outputs, self.staged, strict=True)
-            ]
-        return reply
-
-    def _alike(self, outputs: list[Any]) -> dict[str, Any] | None:
-        """A timed batch's outputs in one short description when they are plain CUDA tensors of
-        one shape, dtype and layout (the usual case): their facts once, then per output only
-        which allocation holds it and where. Kept until the next batch. None otherwise."""
-        torch = self.torch
-        if not outputs:
-            return None
-        first: Any = outputs[0]
-        if type(first) is not torch.Tensor or first.device.type != "cuda":
-            return None
-        key = (first.dtype, first.shape, first.stride(), first.layout)
-        if any(
-            type(o) is not torch.Tensor
-            or o.device.type != "cuda"
-            or (o.dtype, o.shape, o.stride(), o.layout) != key
-            for o in outputs
-        ):
-            return None
-        if first.layout != torch.strided:
-            return None
-        self.kept = outputs
-        handles: dict[str, int] = {}
-        places = []
-        for output in outputs:
-            handle, offset = self.shared.locate_cuda(output)
-            places.append([handles.setdefault(handle, len(handles)), offset])
-        facts = {**self.shared.spec_of(first), "device": "cuda", "type": "Tensor"}
-        return {"facts": facts, "handles": list(handles), "places": places}
-
-    def _alias(self, output: Any, args: list[Any]) -> int:
-        """The index of an input whose memory an output shares (-1: none)."""
-        outs = {t.untyped_storage().data_ptr() for t in self.shared.tensors_in(output)}
-        for index, arg in enumerate(args):
-            if isinstance(arg, self.torch.Tensor) and arg.untyped_storage().data_ptr() in outs:
-                return index
-        return -1
-
-    def _deliver(self, output: Any, slots: list[dict[str, Any]]) -> Any:
-        count = iter(range(1 << 30))
-
-        def place(tensor: Any) -> dict[str, Any]:
-            index = next(count)
-            facts = {
-                **self.shared.spec_of(tensor),
-                "device": tensor.device.type,
-                "layout": str(tensor.layout),
-                "type": type(tensor).__name__,
-            }
-            if tensor.device.type != self.device or tensor.layout != self.torch.strided:
-                return {**facts, "slot": -1}
-            if self.device == "cuda":
-                self.kept.append(tensor)
-                return {**facts, **self.shared.export_cuda(tensor)}
-            if index >= len(slots):
-                return {**facts, "slot": -1}
-            slot = self.arena.tensor(slots[index])
-            if slot.shape != tensor.shape or slot.dtype != tensor.dtype:
-                return {**facts, "slot": -1}
-            slot.copy_(tensor)
-            return {**facts, "slot": index}
-
-        try:
-            return self.shared.encode(output, place)
-        except self.shared.SharingError as exc:
-            raise _Problem(f"{self._name()} returned {exc}") from None
-
-    def _name(self) -> str:
-        return "Model" if self.trusted else "ModelNew"
-
-    def _call(self, what: str, function: Callable[..., Any], args: Any) -> Any:
-        try:
-            return function(*args)
-        except Exception as exc:  # noqa: BLE001 - the program's error is its result
-            lines = str(exc).strip().splitlines() or [""]
-            label = f"{what} {self._name()}" if what else self._name()
-            text = f"{label} raised {type(exc).__name__}: {lines[0][:MESSAGE_CHARS]}"
-            raise _Problem(text) from None
-
-
-class _Problem(Exception):
-    """What the program did wrong, sent to the judge as ``problem``."""
 
 
 def _lower(kind: int, value: int) -> None:
@@ -391,14 +226,6 @@ def serve(sock: socket.socket, settings: dict[str, Any]) -> int:
         _send(sock, {"fault": traceback.format_exc()[-2000:]})
         return 1
     _send(sock, {"ready": True})
-    by_message: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-        "load": runner.load,
-        "construct": runner.construct,
-        "call": runner.call,
-        "stage": runner.stage,
-        "go": runner.go,
-        "compile": runner.compile,
-    }
     while True:
         message, fds = _receive(sock)
         if message is None:
@@ -407,13 +234,13 @@ def serve(sock: socket.socket, settings: dict[str, Any]) -> int:
         try:
             if op == "attach":
                 reply = runner.attach(message, fds)
-            elif op in by_message:
-                reply = by_message[op](message)
+            elif op == "load":
+                reply = runner.load(message)
             elif op in runner.role_ops:
                 reply = runner.role_ops[op](message)
             else:
                 raise ValueError(f"an unknown request {op[:40]!r}")
-        except _Problem as exc:
+        except ProgramProblem as exc:
             reply = {"problem": str(exc)}
         except BaseException:  # noqa: BLE001 - the runner's own failure: said, then ended
             _send(sock, {"fault": traceback.format_exc()[-2000:]})
@@ -424,16 +251,17 @@ def serve(sock: socket.socket, settings: dict[str, Any]) -> int:
 def zygote(control: socket.socket) -> int:
     """The runners' parent: imports torch and the runner's modules once, then forks a runner
     for each request (its socket comes with the request), so a runner costs a fork, not an
-    interpreter start. It never touches a device (a CUDA context does not survive a fork: each
+    interpreter start. A request's ``roles`` (runner_role.py) are imported here, once each,
+    before the fork. It never touches a device (a CUDA context does not survive a fork: each
     runner makes its own) and never runs a program."""
     import torch  # the import a fork then shares
 
     from codevolve.evaluator_workers import _confine  # noqa: F401 - imported before any fork
-    from codevolve.evaluator_workers.gpu import kb_loader, kb_watch, kernel_role, shared_tensors  # noqa: F401
+    from codevolve.evaluator_workers.gpu import shared_tensors  # noqa: F401
 
-    with kb_watch.OpRecorder():  # its first use imports torch's dispatch machinery: seconds
-        torch.zeros(4).add_(1).sum()
+    torch.zeros(4).add_(1).sum()
     del torch
+    imported: set[str] = set()
     _send(control, {"ready": True})
     while True:
         while True:  # reap ended runners
@@ -448,13 +276,17 @@ def zygote(control: socket.socket) -> int:
             return 0
         if len(fds) != 1:
             return 1
+        settings = dict(message)
+        for role in settings.pop("roles", []):
+            if role not in imported:
+                getattr(importlib.import_module(role), "warm", lambda: None)()
+                imported.add(role)
         pid = os.fork()
         if pid == 0:
             status = 1
             try:
                 control.close()
                 os.setsid()
-                settings = dict(message)
                 os.environ.update(settings.pop("environment"))
                 tempfile.tempdir = None  # the zygote's answer was cached: ask again
                 os.chdir(settings["scratch"])

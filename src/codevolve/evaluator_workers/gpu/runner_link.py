@@ -74,6 +74,7 @@ class RunnerSettings:
     threads: int = 1  # torch's CPU threads in a CPU runner
     rules: bool = True  # the source rules (a filter) before a candidate loads; off in tests only
     cache_root: str = ""  # where compiled kernels are kept per source ("": a folder of the pool)
+    roles: tuple[str, ...] = ()  # runner roles' modules the zygote imports ahead (runner_role.py)
 
 
 class Zygote:
@@ -99,9 +100,12 @@ class Zygote:
         finally:
             theirs.close()
         self._ready = False
+        self._roles: set[str] = set()  # imported by the zygote (or being imported)
 
     def fork(self, sock: socket.socket, settings: dict[str, Any]) -> int:
-        """A new runner serving ``sock`` with ``settings``: its pid."""
+        """A new runner serving ``sock`` with ``settings``: its pid. The zygote imports the
+        roles of ``settings`` it has not imported yet first, which may take as long as its
+        start."""
         with self._lock:
             if not self._ready:
                 if self._reply(START_TIMEOUT_S).get("ready") is not True:
@@ -115,7 +119,9 @@ class Zygote:
                 self._sock.sendall(body)
             except OSError as exc:
                 raise RunnerGone(f"the runners' zygote is gone: {exc}") from None
-            pid = self._reply(30.0).get("pid")
+            new_roles = set(settings.get("roles", ())) - self._roles
+            self._roles |= new_roles
+            pid = self._reply(START_TIMEOUT_S if new_roles else 30.0).get("pid")
         if type(pid) is not int or pid <= 0:
             raise RunnerGone("the runners' zygote did not fork")
         return pid
@@ -174,6 +180,7 @@ class Runner:
             "rules": settings.rules,
             "device_files": gpu_device_files() if settings.device == "cuda" else [],
             "environment": _scratch_environment(self.scratch),
+            "roles": list(settings.roles),
         }
         self._pid = 0
         self._ended = False
@@ -319,6 +326,15 @@ class RunnerPool:
         self._lock = threading.Lock()
         self._starting: list[tuple[Runner, threading.Thread]] = []
         self._zygote: Zygote | None = None
+
+    def preload(self, role: str) -> None:
+        """Have the zygote import ``role`` (a runner role's module) before the runners it forks
+        from now on, so that loading a program in that role costs no import. A runner started
+        before imports it when it loads."""
+        with self._lock:
+            if role not in self.settings.roles:
+                roles = (*self.settings.roles, role)
+                self.settings = dataclasses.replace(self.settings, roles=roles)
 
     def drop_layer(self, held: list[str], why: str) -> bool:
         """Runners from now on go without the first of the cage's optional layers that held in

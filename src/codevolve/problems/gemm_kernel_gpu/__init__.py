@@ -29,9 +29,6 @@ async def _export(records: ExportRecords, file: str) -> Exported:
 PLUGIN = ProblemPlugin(
     name=NAME,
     problem=_problem,
-    # The harness still lives with the device processes (evaluator_workers/gpu/kernel_*.py).
-    device_jobs=(
-        DeviceJob("kernel.measure", "codevolve.evaluator_workers.gpu.gemm_jobs:kernel_measure_job"),
-    ),
+    device_jobs=(DeviceJob("kernel.measure", f"{__name__}.device.kernel_jobs:measure_job"),),
     exporters=(Exporter("triton", _export, default_file="gemm_kernel.py"),),
 )

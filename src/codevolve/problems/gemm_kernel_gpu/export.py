@@ -3,7 +3,7 @@ user drops into a project.
 
 The module (template: triton_module.txt) is the program as it was measured, verbatim, then a
 public ``matmul(a, w)`` that allocates y and the fp32 workspace as the trusted harness does
-(evaluator_workers/gpu/kernel_bench.py) and reads the SM count from the device, then
+(problems/gemm_kernel_gpu/device/kernel_bench.py) and reads the SM count from the device, then
 ``test_matmul`` against ``torch.matmul`` with the harness's tolerance. The program's own
 ``matmul(x, w, y, workspace, num_sms)`` stays reachable as ``matmul_into``. The module needs torch
 and Triton, never codevolve, so the harness's figures are written into it (a test checks that
@@ -22,8 +22,8 @@ from codevolve.core.module_names import module_names
 from codevolve.problems.gemm_kernel_gpu.kernel_source import ENTRY_POINT, entry_function
 from codevolve.problems.gemm_kernel_gpu.stages import RAGGED_SHAPES
 
-RTOL = 1.6e-2  # gemm_bench.RTOL: torch's bf16 rtol
-ATOL_OF_RMS = 2e-2  # gemm_bench.ATOL_OF_RMS: absolute floor, a fraction of the reference's RMS
+RTOL = 1.6e-2  # gemm_tiling.gpu_timing.RTOL: torch's bf16 rtol
+ATOL_OF_RMS = 2e-2  # gpu_timing.ATOL_OF_RMS: absolute floor, a fraction of the reference's RMS
 MIN_WORKSPACE = 1 << 24  # kernel_bench.MIN_WORKSPACE: fp32 elements at least
 INTERPRETER_SMS = 4  # any count is correct; a few keeps persistent kernels looping
 # Checked by the exported test on a GPU: the harness's ragged shapes, then a decode, a mid and a

@@ -16,7 +16,7 @@ Cascade (stages.py): the static check on any CPU worker, then on a GPU worker a 
 shapes checked, six shapes timed; a child keeps 90 % of its parent's probe score), then all
 shapes. The candidate's module is loaded, compiled and launched in a caged runner of the GPU
 worker's device process; the judge there owns inputs, outputs, workspace and clocks
-(evaluator_workers/gpu/kernel_judge.py). Mutations (mutations.py) add and tune kernel variants
+(device/kernel_judge.py). Mutations (mutations.py) add and tune kernel variants
 per regime and keep gemm-tiling's rule mutations for the tiled kernel's configs.
 """
 

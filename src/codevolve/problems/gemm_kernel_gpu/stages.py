@@ -12,7 +12,7 @@
    in train or validation) and the seen projections at the grid M values train lacks. Per-shape
    times are the cases proposers see.
 
-Every check and every clock is the judge's (evaluator_workers/gpu/kernel_judge.py; the program
+Every check and every clock is the judge's (device/kernel_judge.py; the program
 runs only in a caged runner); a stage only sends the source and judges the plain data that comes
 back.
 """

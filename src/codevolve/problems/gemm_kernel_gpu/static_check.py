@@ -1,7 +1,7 @@
 """The static check of a kernel program: what reading the source (never running it) can refuse.
 
 A kernel program runs in the GPU worker's device process, beside the harness that judges it
-(evaluator_workers/gpu/kernel_loader.py restricts its builtins and imports there). This check
+(evaluator_workers/gpu/source_loader.py restricts its builtins and imports there). This check
 runs first, on any CPU worker, and refuses the known ways to look fast without computing
 (KernelBench's and METR's catalogues, research/gemm_gpu.md section 3):
 

@@ -37,7 +37,7 @@ class Projection:
 # 8B: hidden 4096, 32 heads, intermediate 14336, one GPU.
 # 70B: hidden 8192, 64 heads, intermediate 28672, tensor parallel 8.
 # 405B: hidden 16384, 128 heads, intermediate 53248, tensor parallel 8.
-# The first eight are the projections the GPU problems measured (gemm_tiling_gpu/data).
+# The first eight are the projections the GPU problems measured (gemm-tiling-gpu's data).
 LLAMA = (
     Projection("8B.qkv", 6144, 4096),  # (32 + 2*8) heads * 128
     Projection("8B.o", 4096, 4096),

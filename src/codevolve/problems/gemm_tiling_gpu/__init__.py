@@ -12,8 +12,7 @@ from codevolve.core.plugin import DeviceJob, ProblemPlugin
 from codevolve.core.problem import Problem
 
 NAME = "gemm-tiling-gpu"
-# The device jobs run the trusted GEMM bench, which still lives with the device processes.
-JOBS = "codevolve.evaluator_workers.gpu.gemm_jobs"
+JOBS = f"{__name__}.device.gemm_jobs"  # the trusted GEMM bench (device/gemm_bench.py)
 
 
 def _problem() -> Problem:

@@ -23,9 +23,6 @@ async def _export(records: ExportRecords, file: str) -> Exported:
 PLUGIN = ProblemPlugin(
     name=NAME,
     label="KernelBench",
-    # The judge still lives with the device processes (evaluator_workers/gpu/kb_*.py).
-    device_jobs=(
-        DeviceJob("kb.judge", "codevolve.evaluator_workers.gpu.kb_jobs:judge_job", cpu=True),
-    ),
+    device_jobs=(DeviceJob("kb.judge", f"{__name__}.device.kb_jobs:judge_job", cpu=True),),
     exporters=(Exporter("module", _export, default_file="model_new.py"),),
 )

@@ -5,7 +5,7 @@ A problem file defines ``class Model(nn.Module)`` (its ``__init__`` takes the va
 functions. A solution is a class ``ModelNew`` with the same constructor and forward that computes
 the same outputs faster. The file is the user's own: it is parsed and checked here, stored with the
 job, and executed only by the trusted judge in a GPU worker's device process
-(``evaluator_workers/gpu/kb_judge.py``).
+(``problems/kernelbench/device/kb_judge.py``).
 
 The initial program is the reference's class copied as ``ModelNew`` inside the EVOLVE block, with
 the module-level constants, imports and helpers the class uses, so the search starts from exactly

@@ -4,7 +4,7 @@
    (core/kernel_rules.py): allowed imports only, no streams, threads, seeding, try/except,
    monkeypatching or reaching the reference. Read, never run. Score 1.0. (A
    :class:`~codevolve.core.problem.SourceCheckStage` of ``check_model_new``: problem.py.)
-2. ``judge`` (a worker's device): the trusted judge (evaluator_workers/gpu/kb_judge.py) builds
+2. ``judge`` (a worker's device): the trusted judge (problems/kernelbench/device/kb_judge.py) builds
    the reference and the candidate from the same seed, checks the candidate on fresh inputs from
    several seeds in three distributions (KernelBench's own ``get_inputs()``, the same values with
    random signs, and those times 100), then times it against PyTorch eager (interleaved, L2

@@ -8,8 +8,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from codevolve.evaluator_workers.gpu.cuda_device import INDEX_ENV, cuda_device_info  # noqa: E402
-from codevolve.evaluator_workers.gpu.kb_judge import device_info  # noqa: E402
+from codevolve.evaluator_workers.gpu.cuda_device import (  # noqa: E402
+    INDEX_ENV,
+    cuda_device_info,
+    device_info,
+)
 
 H200 = SimpleNamespace(
     name="NVIDIA H200", multi_processor_count=132, L2_cache_size=60 << 20, total_memory=141 << 30

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from codevolve.evaluator_workers.gpu.kernel_loader import SourceModules
+from codevolve.evaluator_workers.gpu.source_loader import SourceModules
 from codevolve.problems.gemm_kernel_gpu.kernel_source import variant_source
 
 torch = pytest.importorskip("torch")

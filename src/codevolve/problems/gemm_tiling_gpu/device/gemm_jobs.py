@@ -1,7 +1,7 @@
 """The device jobs of the GEMM backend, as the device process runs them (torch and Triton here).
 
-The problems' plug-ins name them (``problems/gemm_tiling_gpu``, ``problems/gemm_kernel_gpu``);
-a device process imports this module on the first of them. Payloads and replies are plain data:
+gemm-tiling-gpu's plug-in names them; a device process imports this module on the first of
+them. Payloads and replies are plain data:
 
 - ``gemm.measure`` (:func:`measure_job`): ``{"pairs": [[M, N, K, bm, bn, bk, warps, stages,
   group_m], ...], "seed": int, "samples": int, "check": bool, "use_cache": bool}`` ->
@@ -10,9 +10,6 @@ a device process imports this module on the first of them. Payloads and replies 
   group_m], ...], "workers": int}`` -> ``{"errors": {"bm,bn,...": message}}``; compiles in
   parallel processes into Triton's disk cache, so the first measurement of each config only
   loads it.
-- ``kernel.measure`` (:func:`kernel_measure_job`): a candidate's own kernel module judged in a
-  caged runner against cuBLAS (kernel_jobs.py), its malformed payloads raised as this module's
-  :class:`JobError`.
 """
 
 from __future__ import annotations
@@ -20,17 +17,16 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from codevolve.evaluator_workers.gpu.gemm_bench import (
+from codevolve.problems.gemm_tiling.gpu_timing import timing_dict
+from codevolve.problems.gemm_tiling_gpu.device.gemm_bench import (
     GemmBench,
     compile_config,
     device_info,
-    timing_dict,
 )
-from codevolve.evaluator_workers.gpu.kernel import Config
+from codevolve.problems.gemm_tiling_gpu.device.kernel import Config
 
 
 class JobError(Exception):
@@ -87,19 +83,7 @@ def precompile(configs: list[Config], *, workers: int) -> dict[Config, str]:
 
 
 def shutdown() -> None:
-    """Called by the device process before it ends: stop the compile workers, if started (the
-    GEMM bench's, and the kernel jobs' helpers if a kernel job ran)."""
+    """Called by the device process before it ends: stop the GEMM bench's compile workers, if
+    started."""
     if _bench.cache_info().currsize:
         _bench().close()
-    kernel_jobs = sys.modules.get("codevolve.evaluator_workers.gpu.kernel_jobs")
-    if kernel_jobs is not None:  # its helpers, if a kernel job ran
-        kernel_jobs.shutdown()
-
-
-def kernel_measure_job(payload: Any) -> Any:
-    from codevolve.evaluator_workers.gpu import kernel_jobs  # starts runners: only when asked
-
-    try:
-        return kernel_jobs.measure_job(payload)
-    except kernel_jobs.KernelJobError as exc:
-        raise JobError(str(exc)) from exc

@@ -42,25 +42,28 @@ from typing import Any, Protocol
 import torch
 
 from codevolve.core.measurement import quantile
-from codevolve.evaluator_workers.gpu.kb_compare import compare
-from codevolve.evaluator_workers.gpu.kb_inputs import (
+from codevolve.evaluator_workers.gpu.remote import (
+    REQUEST_TIMEOUT_S,
+    CandidateProblem,
+    Remote,
+    poison,
+    start_remote,
+)
+from codevolve.evaluator_workers.gpu.runner_link import RunnerGone, RunnerPool
+from codevolve.evaluator_workers.gpu.shared_tensors import Arena, tensors_in
+from codevolve.problems.kernelbench.device.kb_compare import compare
+from codevolve.problems.kernelbench.device.kb_inputs import (
     KERNELBENCH,
     ReferenceFailure,
+    construct,
     draw_inputs,
     init_inputs,
     judge_random,
     refill,
 )
-from codevolve.evaluator_workers.gpu.kb_loader import ReferenceProgram
-from codevolve.evaluator_workers.gpu.kb_remote import (
-    REQUEST_TIMEOUT_S,
-    Remote,
-    poison,
-    start_remote,
-)
-from codevolve.evaluator_workers.gpu.kb_watch import CandidateProblem, copies
-from codevolve.evaluator_workers.gpu.runner_link import RunnerGone, RunnerPool
-from codevolve.evaluator_workers.gpu.shared_tensors import Arena, tensors_in
+from codevolve.problems.kernelbench.device.kb_loader import ReferenceProgram
+from codevolve.problems.kernelbench.device.kb_role import ROLE
+from codevolve.problems.kernelbench.device.kb_watch import copies
 
 FLUSH_MIN_BYTES = 256 << 20  # the L2 flush writes at least this much, and twice the L2
 CHECKED_PER_BATCH = 2  # timed outputs compared per batch
@@ -285,10 +288,12 @@ class _ReferenceRunners:
     def _start(self, session: Session) -> Remote:
         assert session.arena is not None
         arena = Arena.create(session.arena.raw.numel(), session.device)
-        remote = start_remote(session.runners, arena, session.reference_source, trusted=True)
+        remote = start_remote(
+            session.runners, arena, session.reference_source, trusted=True, role=ROLE, who="Model"
+        )
         try:
-            remote.construct(
-                session.seed, init_inputs(session.reference, session.seed, session.device)
+            construct(
+                remote, session.seed, init_inputs(session.reference, session.seed, session.device)
             )
         except BaseException:
             remote.close(arena=True)

@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from codevolve.evaluator_workers.gpu import kb_compare  # noqa: E402
-from codevolve.evaluator_workers.gpu.kb_compare import all_finite, compare  # noqa: E402
+from codevolve.problems.kernelbench.device import kb_compare  # noqa: E402
+from codevolve.problems.kernelbench.device.kb_compare import all_finite, compare  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -24,9 +24,6 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from codevolve.evaluator_workers.errors import WorkerError
-
-POISON_BYTE = 0xFF  # every float dtype reads all-ones bytes as NaN; integers as -1
 # Operators that compute the same thing as one another: forbidding one forbids them all.
 FAMILIES = (
     frozenset(
@@ -49,11 +46,6 @@ FAMILIES = (
         }
     ),
 )  # fmt: skip
-
-
-class CandidateProblem(WorkerError):
-    """The candidate raised, or did something a correct kernel does not: ends the judging and is
-    reported as the reply's ``problem``."""
 
 
 def raise_if_context_broken(device: str) -> None:

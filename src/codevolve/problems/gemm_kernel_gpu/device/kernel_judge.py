@@ -29,11 +29,17 @@ from typing import Any
 import torch
 
 from codevolve.core.measurement import quantile
-from codevolve.evaluator_workers.gpu.gemm_bench import Shape, Timing, timing_dict
-from codevolve.evaluator_workers.gpu.kb_judge import device_info
-from codevolve.evaluator_workers.gpu.kb_remote import LoadFailed, Remote, start_remote
-from codevolve.evaluator_workers.gpu.kb_watch import CandidateProblem
-from codevolve.evaluator_workers.gpu.kernel_bench import (
+from codevolve.evaluator_workers.gpu.cuda_device import device_info
+from codevolve.evaluator_workers.gpu.remote import (
+    CandidateProblem,
+    LoadFailed,
+    Remote,
+    start_remote,
+)
+from codevolve.evaluator_workers.gpu.runner_link import RunnerPool
+from codevolve.evaluator_workers.gpu.shared_tensors import Arena
+from codevolve.evaluator_workers.gpu.source_loader import dunder_problem
+from codevolve.problems.gemm_kernel_gpu.device.kernel_bench import (
     DISTRIBUTIONS,
     CheckedCall,
     InputSet,
@@ -43,8 +49,9 @@ from codevolve.evaluator_workers.gpu.kernel_bench import (
     workspace_bytes,
     workspace_elements,
 )
-from codevolve.evaluator_workers.gpu.kernel_loader import dunder_problem
-from codevolve.evaluator_workers.gpu.kernel_timing import (
+from codevolve.problems.gemm_kernel_gpu.device.kernel_loader import ENTRY_POINT
+from codevolve.problems.gemm_kernel_gpu.device.kernel_role import ROLE
+from codevolve.problems.gemm_kernel_gpu.device.kernel_timing import (
     Batch,
     Plan,
     ask_stopped,
@@ -53,8 +60,7 @@ from codevolve.evaluator_workers.gpu.kernel_timing import (
     stop,
     timed_batches,
 )
-from codevolve.evaluator_workers.gpu.runner_link import RunnerPool
-from codevolve.evaluator_workers.gpu.shared_tensors import Arena
+from codevolve.problems.gemm_tiling.gpu_timing import Shape, Timing, timing_dict
 
 CPU_SMS = 4  # what a launcher is told on the CPU, where only tests run candidates
 WARMUP_BATCHES = 2
@@ -174,7 +180,7 @@ class _Judging:
         )
         self.arena = Arena.create(needed, self.device)
         self.remote = start_remote(
-            self.runners, self.arena, self.source, trusted=False, role="kernel"
+            self.runners, self.arena, self.source, trusted=False, role=ROLE, who=ENTRY_POINT
         )
         self.layers = self.remote.layers
         stop(self.remote)
@@ -251,7 +257,7 @@ class _Judging:
         if not rows:
             return
         assert self.arena is not None
-        remote = start_remote(self.runners, self.arena, "", trusted=True, role="kernel")
+        remote = start_remote(self.runners, self.arena, "", trusted=True, role=ROLE, who="cuBLAS")
         try:
             stop(remote)
             for shape, row in rows:

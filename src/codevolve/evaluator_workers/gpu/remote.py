@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from codevolve.evaluator_workers.gpu.kb_watch import POISON_BYTE, CandidateProblem
+from codevolve.evaluator_workers.errors import WorkerError
 from codevolve.evaluator_workers.gpu.runner_link import Runner, RunnerGone, RunnerPool
 from codevolve.evaluator_workers.gpu.shared_tensors import (
     DTYPES,
@@ -28,6 +28,12 @@ from codevolve.evaluator_workers.gpu.shared_tensors import (
 )
 
 REQUEST_TIMEOUT_S = 300.0  # one request to a runner: a first call may compile its kernels
+POISON_BYTE = 0xFF  # every float dtype reads all-ones bytes as NaN; integers as -1
+
+
+class CandidateProblem(WorkerError):
+    """The candidate raised, or did something a correct kernel does not: ends the judging and is
+    reported as the reply's ``problem``."""
 
 
 class LoadFailed(Exception):
@@ -49,13 +55,13 @@ class Remote:
         self.runner = runner
         self.arena = arena
         self.device = device
-        self.who = who  # "ModelNew" or "Model": named in problems
+        self.who = who  # the program as problems name it ("ModelNew", "cuBLAS", ...)
         self.imports = CudaImports() if device == "cuda" else None
         self.layers: dict[str, bool] = {}
 
-    def start(self, source: str, *, trusted: bool, role: str = "kb") -> None:
-        """Attach the arena (the runner enters its cage) and load ``source`` in ``role``
-        ("kb": a KernelBench model; "kernel": a gemm-kernel-gpu launch function)."""
+    def start(self, source: str, *, trusted: bool, role: str) -> None:
+        """Attach the arena (the runner enters its cage) and load ``source`` in ``role`` (the
+        dotted name of a runner role's module: runner_role.py)."""
         fds = [] if self.arena.fd is None else [self.arena.fd]
         cache = self.runner.kernel_cache(source)
         message = {"op": "attach", "arena": self.arena.handle.as_json(), "cache": cache}
@@ -69,10 +75,6 @@ class Remote:
         reply = self.ask({"op": "load", "source": source, "trusted": trusted, "role": role})
         if "load_error" in reply:
             raise LoadFailed(str(reply["load_error"])[:2000])
-
-    def construct(self, seed: int, init: list[Any]) -> None:
-        self.arena.reset()
-        self.ask({"op": "construct", "seed": seed, "init": self.stage(init)[0]})
 
     def ask(self, message: dict[str, Any], *, fds: Sequence[int] = ()) -> dict[str, Any]:
         """A request; a problem the program caused becomes :class:`CandidateProblem`."""
@@ -145,13 +147,14 @@ class Remote:
 
 
 def start_remote(
-    runners: RunnerPool, arena: Arena, source: str, *, trusted: bool, role: str = "kb"
+    runners: RunnerPool, arena: Arena, source: str, *, trusted: bool, role: str, who: str
 ) -> Remote:
-    """A runner with ``source`` loaded. A runner whose device broke inside its cage (a kernel
-    whose Landlock version filters device ioctls, say) is ended, and the pool drops the layers
-    that machine cannot hold, one at a time, before the program is given to another."""
+    """A runner with ``source`` loaded in ``role`` (runner_role.py), named ``who`` in problems.
+    A runner whose device broke inside its cage (a kernel whose Landlock version filters device
+    ioctls, say) is ended, and the pool drops the layers that machine cannot hold, one at a
+    time, before the program is given to another."""
+    runners.preload(role)
     while True:
-        who = {"kb": ("ModelNew", "Model"), "kernel": ("matmul", "cuBLAS")}[role][trusted]
         remote = Remote(runners.take(), arena, runners.settings.device, who=who)
         try:
             remote.start(source, trusted=trusted, role=role)

@@ -13,7 +13,7 @@ candidate.
 Both are written first to a file named by their SHA-256: ``@triton.jit`` reads a kernel's source
 through ``inspect``, which needs a file, and Triton's compiled kernels are then reused across
 judgings of one source. The process's environment is cut down before the first program loads
-(kernel_loader.scrub_environment): no worker secret is readable from here.
+(source_loader.scrub_environment): no worker secret is readable from here.
 
 Imported only in the device process (the programs it loads import torch and Triton).
 """
@@ -37,7 +37,7 @@ from codevolve.core.kernel_rules import (
     check_model_new,
     check_reference,
 )
-from codevolve.evaluator_workers.gpu.kernel_loader import (
+from codevolve.evaluator_workers.gpu.source_loader import (
     SAFE_BUILTINS,
     LoadError,
     SourceModules,
@@ -46,7 +46,7 @@ from codevolve.evaluator_workers.gpu.kernel_loader import (
     source_digest,
 )
 
-# What a candidate's module may call beyond kernel_loader's arithmetic and containers: what a
+# What a candidate's module may call beyond source_loader's arithmetic and containers: what a
 # class definition needs (``__build_class__``, ``super``, ``object``, the method decorators), a
 # few iterators, ``str`` and ``print``, and the exceptions a kernel raises on bad input.
 CANDIDATE_BUILTINS = (

@@ -35,11 +35,10 @@ from typing import Any
 
 import torch
 
-from codevolve.evaluator_workers.gpu.gemm_bench import Shape
-from codevolve.evaluator_workers.gpu.kb_judge import BATCH_TARGET_MS, MAX_BATCH
-from codevolve.evaluator_workers.gpu.kb_remote import REQUEST_TIMEOUT_S, Remote
-from codevolve.evaluator_workers.gpu.kb_watch import CandidateProblem
-from codevolve.evaluator_workers.gpu.kernel_bench import (
+from codevolve.evaluator_workers.gpu.judging import BATCH_TARGET_MS, MAX_BATCH
+from codevolve.evaluator_workers.gpu.remote import REQUEST_TIMEOUT_S, CandidateProblem, Remote
+from codevolve.evaluator_workers.gpu.runner_link import RunnerGone
+from codevolve.problems.gemm_kernel_gpu.device.kernel_bench import (
     InputSet,
     Workspace,
     fill,
@@ -47,7 +46,7 @@ from codevolve.evaluator_workers.gpu.kernel_bench import (
     set_bytes,
     tolerance_problem,
 )
-from codevolve.evaluator_workers.gpu.runner_link import RunnerGone
+from codevolve.problems.gemm_tiling.gpu_timing import Shape
 
 ARENA_CAP = {"cuda": 8 << 30, "cpu": 1 << 30}  # bytes of one shape's batch of input sets
 CHECKED_ROWS = 4  # rows of every timed output compared with the judge's own product

@@ -17,12 +17,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from codevolve.evaluator_workers.gpu.device_process import DeviceProcess  # noqa: E402
-from codevolve.evaluator_workers.gpu.kb_jobs import KbJobError, settings_from  # noqa: E402
-from codevolve.evaluator_workers.gpu.kb_judge import JudgeSettings  # noqa: E402
+from codevolve.problems.kernelbench.device.kb_jobs import KbJobError, settings_from  # noqa: E402
+from codevolve.problems.kernelbench.device.kb_judge import JudgeSettings  # noqa: E402
 from tests.kb_judging import Judges  # noqa: E402
 from tests.kernelbench_programs import TRITON_RELU  # noqa: E402
 
-KB_JOBS = {"kb.judge": "codevolve.evaluator_workers.gpu.kb_jobs:judge_job"}
+KB_JOBS = {"kb.judge": "codevolve.problems.kernelbench.device.kb_jobs:judge_job"}
 
 
 def _reference(model: str, inputs: str, init: str = "[]", extra: str = "") -> str:
@@ -504,7 +504,7 @@ def test_a_triton_kernel_loads_from_its_file_and_passes(
 
 
 def test_signed_and_wide_inputs_keep_the_structure_get_inputs_built() -> None:
-    from codevolve.evaluator_workers.gpu.kb_inputs import SIGNED, WIDE, _redraw
+    from codevolve.problems.kernelbench.device.kb_inputs import SIGNED, WIDE, _redraw
 
     generator = torch.Generator().manual_seed(0)
     upper = torch.triu(torch.rand(64, 64) + 0.5)
@@ -548,7 +548,7 @@ def test_a_scalar_output_is_judged_and_timed(loader: Judges) -> None:
 
 
 def test_a_batch_answer_in_short_form_expands_or_is_refused() -> None:
-    from codevolve.evaluator_workers.gpu.kb_timing import _outputs_of
+    from codevolve.problems.kernelbench.device.kb_timing import _outputs_of
 
     facts = {"dtype": "torch.float32", "shape": [4], "stride": [1], "device": "cuda"}
     alike = {"facts": facts, "handles": ["ab" * 64], "places": [[0, 0], [0, 512]]}

@@ -30,9 +30,10 @@ from typing import Any
 import torch
 
 from codevolve.evaluator_workers.errors import WorkerError
-from codevolve.evaluator_workers.gpu.kb_loader import ReferenceProgram
-from codevolve.evaluator_workers.gpu.kb_watch import raise_if_context_broken
+from codevolve.evaluator_workers.gpu.remote import Remote
 from codevolve.evaluator_workers.gpu.shared_tensors import tensors_in
+from codevolve.problems.kernelbench.device.kb_loader import ReferenceProgram
+from codevolve.problems.kernelbench.device.kb_watch import raise_if_context_broken
 
 KERNELBENCH = "kernelbench"
 SIGNED = "signed"
@@ -72,6 +73,13 @@ def judge_random(seed: int, distribution: str, device: str, *, salt: int = 0) ->
     values.manual_seed(start)
     seeds.manual_seed(start + 1)
     return JudgeRandom(values, seeds)
+
+
+def construct(remote: Remote, seed: int, init: list[Any]) -> None:
+    """Build the program's model in its runner from ``init`` (staged in the arena) under
+    ``seed`` (kb_role.py's ``construct``)."""
+    remote.arena.reset()
+    remote.ask({"op": "construct", "seed": seed, "init": remote.stage(init)[0]})
 
 
 def init_inputs(reference: ReferenceProgram, seed: int, device: str) -> list[Any]:

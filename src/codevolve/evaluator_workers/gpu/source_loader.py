@@ -1,25 +1,23 @@
-"""Loading a gemm-kernel-gpu candidate's kernel module: the filter a runner applies before it
-runs one (kernel_role.py), and the pieces the KernelBench loader shares.
+"""Running a program's source as a module of its own behind a filter: the pieces every runner
+role's loader shares (problems/<name>/device/: gemm-kernel-gpu's kernel_loader.py, KernelBench's
+kb_loader.py).
 
 The module is executed inside a runner (runner.py), the candidate's own caged process; the
-device process never executes it. What keeps it in its lane there, besides the cage (the
-problem's static check, on the CPU, comes first and is stricter):
+device process never executes it. What keeps it in its lane there, besides the cage:
 
-- The module runs with a small table of builtins: no ``open``, ``exec``, ``eval``, ``getattr``,
-  ``globals``, ``type``, ``object``; ``import`` reaches only :data:`ALLOWED_IMPORTS` (Triton and
-  ``math``; not torch, ``os``, ``threading``, ``ctypes``).
-- The source is refused before it runs if it names a dunder attribute (``x.__class__``) or a
-  dunder name other than ``__name__``: the usual ways out of a restricted namespace (skipped
-  where a test switches the source rules off to show what the cage holds on its own).
-- The environment is cut to what CUDA and Triton read.
+- a small table of builtins (:func:`builtins_table`: no ``open``, ``exec``, ``eval``,
+  ``getattr``, ``globals``, ``type``), with an ``import`` the role's loader guards;
+- :func:`dunder_problem`: a source that names a dunder attribute (``x.__class__``) or a dunder
+  name other than ``__name__`` is refused before it runs: the usual ways out of a restricted
+  namespace;
+- the environment cut to what CUDA and Triton read (:func:`scrub_environment`).
 
 These are a filter that gives clear messages, not the boundary: an attribute chain through a
 tensor's class reaches ``os`` (tests/security/test_kernel_boundary.py), and the cage holds it.
 The source is written to a file named by its SHA-256 (Triton reads a kernel's source through
-``inspect``, which needs a file). The KernelBench loader (kb_loader.py) runs its programs
-through the same pieces: :class:`SourceModules`, :func:`builtins_table`, :func:`cached`.
+``inspect``, which needs a file): :class:`SourceModules`, loaded once per hash (:func:`cached`).
 
-Imported in runners and in the device process (the modules it loads import Triton).
+Imported in runners and in the device process (stdlib only).
 """
 
 from __future__ import annotations
@@ -27,15 +25,12 @@ from __future__ import annotations
 import ast
 import builtins
 import hashlib
-import os
 import tempfile
 from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-ENTRY_POINT = "matmul"
-ALLOWED_IMPORTS = frozenset({"math", "triton", "triton.language", "triton.tools.tensor_descriptor"})
 SAFE_BUILTINS = (
     "abs", "all", "any", "bool", "dict", "divmod", "enumerate", "float", "int", "isinstance",
     "len", "list", "max", "min", "pow", "range", "reversed", "round", "sorted", "sum", "tuple",
@@ -49,7 +44,6 @@ KEPT_ENV_PREFIXES = (
 CACHE_DIR_ENV = "CODEVOLVE_KERNEL_DIR"  # where candidate sources are written (default: a temp dir)
 LOADED_LIMIT = 256  # modules kept; the oldest is dropped first
 
-Launch = Callable[..., Any]  # matmul(x, w, y, workspace, num_sms)
 Loaded = TypeVar("Loaded")
 
 
@@ -58,18 +52,6 @@ class LoadError:
     """Why a source did not give a launchable entry point (a result, not an exception)."""
 
     message: str
-
-
-def _guarded_import(
-    name: str,
-    globals_: Any = None,
-    locals_: Any = None,
-    fromlist: Any = (),
-    level: int = 0,
-) -> Any:
-    if level != 0 or name not in ALLOWED_IMPORTS:
-        raise ImportError(f"import of {name!r} is not allowed in a kernel program")
-    return builtins.__import__(name, globals_, locals_, fromlist, level)
 
 
 def builtins_table(names: Iterable[str], guarded_import: Callable[..., Any]) -> dict[str, Any]:
@@ -141,37 +123,3 @@ class SourceModules:
         except Exception as exc:  # noqa: BLE001 - the program's module: any error is a result
             return LoadError(f"loading the program raised {type(exc).__name__}: {exc}")
         return namespace
-
-
-class KernelLoader:
-    """Loads candidate sources as modules, once per SHA-256, and returns their entry point."""
-
-    def __init__(
-        self,
-        directory: Path | None = None,
-        *,
-        environ: MutableMapping[str, str] = os.environ,
-        rules: bool = True,
-    ) -> None:
-        """``environ``: the environment to cut down (this process's; tests pass their own);
-        ``rules``: refuse dunder names before a source runs (off only in tests)."""
-        self._modules = SourceModules(directory, environ=environ, suffix="-kernels")
-        self._loaded: dict[str, Launch | LoadError] = {}
-        self._rules = rules
-
-    def load(self, source: str) -> Launch | LoadError:
-        digest = source_digest(source)
-        return cached(self._loaded, digest, lambda: self._load(source, digest))
-
-    def _load(self, source: str, digest: str) -> Launch | LoadError:
-        problem = dunder_problem(source) if self._rules else ""
-        if problem:
-            return LoadError(problem)
-        table = builtins_table(SAFE_BUILTINS, _guarded_import)
-        namespace = self._modules.run(source, f"candidate_{digest[:20]}", table)
-        if isinstance(namespace, LoadError):
-            return namespace
-        entry: Launch | None = namespace.get(ENTRY_POINT)
-        if not callable(entry):
-            return LoadError(f"the program defines no function {ENTRY_POINT!r}")
-        return entry

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from codevolve.evaluator_workers.gpu.kernel_jobs import (
+from codevolve.problems.gemm_kernel_gpu.device.kernel_jobs import (
     KernelJobError,
     settings_from,
 )

@@ -1,5 +1,5 @@
 """The gemm-kernel-gpu role of a runner: a launch function ``matmul(x, w, y, workspace,
-num_sms)`` run on buffers the judge owns (runner.py's other role is KernelBench's ``ModelNew``).
+num_sms)`` run on buffers the judge owns (runner_role.py says what a role is).
 
 Runs inside the runner, after its cage is up (runner.py): the candidate's module is loaded here
 through kernel_loader's filter (a cut builtins table, imports of Triton and ``math`` only, no
@@ -30,8 +30,11 @@ from typing import Any
 import torch
 
 from codevolve.evaluator_workers.gpu import shared_tensors
-from codevolve.evaluator_workers.gpu.kernel_loader import ENTRY_POINT, KernelLoader, LoadError
+from codevolve.evaluator_workers.gpu.runner_role import Op, ProgramProblem, RoleContext
+from codevolve.evaluator_workers.gpu.source_loader import LoadError
+from codevolve.problems.gemm_kernel_gpu.device.kernel_loader import ENTRY_POINT, KernelLoader
 
+ROLE = __name__  # what the judge names in its load requests
 MESSAGE_CHARS = 300  # of a candidate's exception message
 
 _synchronize = torch.cuda.synchronize  # bound before any candidate runs in this process
@@ -41,6 +44,17 @@ def cublas(x: Any, w: Any, y: Any, workspace: Any, num_sms: int) -> None:
     """The reference: cuBLAS (or the CPU's BLAS) into the judge's output buffer."""
     del workspace, num_sms
     torch.matmul(x, w.t(), out=y)
+
+
+def load(message: dict[str, Any], context: RoleContext) -> KernelRole | str:
+    """The role for a ``load`` request, or why the source gave no entry point."""
+    if message.get("trusted"):
+        return KernelRole(cublas, context.arena, context.device, trusted=True)
+    loader = KernelLoader(Path(context.scratch) / "programs", rules=context.rules)
+    entry = loader.load(str(message["source"]))
+    if isinstance(entry, LoadError):
+        return entry.message
+    return KernelRole(entry, context.arena, context.device, trusted=False)
 
 
 class KernelRole:
@@ -55,22 +69,8 @@ class KernelRole:
         self.workspace: Any = None
         self.num_sms = 1
         self.graph: Any = None
-        self.problem: type[Exception] = RuntimeError  # the runner's: answered as ``problem``
 
-    @classmethod
-    def load(
-        cls, message: dict[str, Any], *, arena: Any, device: str, scratch: str, rules: bool
-    ) -> KernelRole | str:
-        """The role for a ``load`` request, or why the source gave no entry point."""
-        if message.get("trusted"):
-            return cls(cublas, arena, device, trusted=True)
-        loader = KernelLoader(Path(scratch) / "programs", rules=rules)
-        entry = loader.load(str(message["source"]))
-        if isinstance(entry, LoadError):
-            return entry.message
-        return cls(entry, arena, device, trusted=False)
-
-    def ops(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
+    def ops(self) -> dict[str, Op]:
         return {"kernel.go": self.go, "kernel.stage": self.stage}
 
     def stage(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +87,7 @@ class KernelRole:
         try:
             with torch.cuda.graph(graph):
                 self._calls()
-        except self.problem:
+        except ProgramProblem:
             raise
         except Exception as exc:  # noqa: BLE001 - a launcher that cannot be captured runs eagerly
             _synchronize()
@@ -128,4 +128,4 @@ class KernelRole:
             except Exception as exc:  # noqa: BLE001 - the candidate's error is its result
                 lines = str(exc).strip().splitlines() or [""]
                 text = f"{self.who} raised {type(exc).__name__}: {lines[0][:MESSAGE_CHARS]}"
-                raise self.problem(text) from None
+                raise ProgramProblem(text) from None

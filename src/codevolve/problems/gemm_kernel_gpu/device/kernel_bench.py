@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from codevolve.evaluator_workers.gpu.gemm_bench import ATOL_OF_RMS, RTOL, Shape
 from codevolve.evaluator_workers.gpu.shared_tensors import Arena
+from codevolve.problems.gemm_tiling.gpu_timing import ATOL_OF_RMS, RTOL, Shape
 
 GUARD_ROWS = 1  # NaN rows above and below y
 WORKSPACE_GUARD = 4096  # NaN elements after the workspace

@@ -3,14 +3,14 @@
 ``kb.judge``: ``{"reference": str, "candidate": str, "seeds": [int], "trials": int, "warmup":
 int, "distributions": [str], "forbid": [str], "baselines": [str], "time": bool, "tolerance":
 float | null}`` (every key but the two sources optional; defaults in
-:class:`~codevolve.evaluator_workers.gpu.kb_judge.JudgeSettings`) -> the judge's reply
+:class:`~codevolve.problems.kernelbench.device.kb_judge.JudgeSettings`) -> the judge's reply
 (kb_judge.py). A malformed payload raises :class:`KbJobError` (an error reply; the process lives
 on). A broken CUDA context or a candidate that tampered with the process raises something else:
 the device process answers with a fault and recycles itself.
 
 The device is ``cuda`` when torch sees one, else ``cpu``; ``CODEVOLVE_KB_DEVICE=cpu`` forces the
 CPU. This module imports torch but not Triton, so a CPU-only machine serves it through
-``DeviceProcess(gpu=None, jobs="codevolve.evaluator_workers.gpu.kb_jobs")``; a GPU worker's
+``DeviceProcess(gpu=None, jobs="codevolve.problems.kernelbench.device.kb_jobs")``; a GPU worker's
 gemm_jobs table serves the same job (``kb.judge``) beside its own.
 
 Imported only in the device process and in tests (needs torch).
@@ -27,10 +27,12 @@ from typing import Any
 
 from codevolve.evaluator_workers.errors import WorkerError
 from codevolve.evaluator_workers.gpu import judging
+from codevolve.evaluator_workers.gpu.cuda_device import device_info
 from codevolve.evaluator_workers.gpu.judging import device, runners
-from codevolve.evaluator_workers.gpu.kb_inputs import DISTRIBUTIONS
-from codevolve.evaluator_workers.gpu.kb_judge import BASELINES, JudgeSettings, device_info, judge
-from codevolve.evaluator_workers.gpu.kb_loader import KbLoader
+from codevolve.problems.kernelbench.device.kb_inputs import DISTRIBUTIONS
+from codevolve.problems.kernelbench.device.kb_judge import BASELINES, JudgeSettings, judge
+from codevolve.problems.kernelbench.device.kb_loader import KbLoader
+from codevolve.problems.kernelbench.device.kb_timing import REFERENCE_RUNNERS
 
 JUDGE_JOB = "kb.judge"
 MAX_SEEDS = 16
@@ -63,7 +65,9 @@ def _loader() -> KbLoader:
 
 
 def shutdown() -> None:
-    """End the runners this process started (judging.py)."""
+    """End the runners this process started: the reference timers', then the pool's
+    (judging.py)."""
+    REFERENCE_RUNNERS.close()
     judging.shutdown()
 
 

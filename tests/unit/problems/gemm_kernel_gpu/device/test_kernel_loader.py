@@ -7,12 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from codevolve.evaluator_workers.gpu.kernel_loader import (
-    LOADED_LIMIT,
-    KernelLoader,
-    LoadError,
-    cached,
-)
+from codevolve.evaluator_workers.gpu.source_loader import LOADED_LIMIT, LoadError, cached
+from codevolve.problems.gemm_kernel_gpu.device.kernel_loader import KernelLoader
 
 ENTRY = "def matmul(x, w, y, workspace, num_sms):\n    return max(x, w) + len(range(y))\n"
 

@@ -23,15 +23,18 @@ from typing import Any
 
 from codevolve.evaluator_workers.errors import WorkerError
 from codevolve.evaluator_workers.gpu import judging
-from codevolve.evaluator_workers.gpu.gemm_bench import Shape
-from codevolve.evaluator_workers.gpu.kernel_judge import MeasureSettings, measure
+from codevolve.problems.gemm_kernel_gpu.device.kernel_judge import MeasureSettings, measure
+from codevolve.problems.gemm_tiling.gpu_timing import Shape
 
 MEASURE_JOB = "kernel.measure"
 MAX_SAMPLES = 1000
 
 
 class KernelJobError(WorkerError):
-    """A malformed payload (raised as the device jobs' JobError by gemm_jobs)."""
+    """A malformed payload (an error reply; the device process lives on)."""
+
+
+JobError = KernelJobError  # the name the device process looks for in a jobs module
 
 
 def shutdown() -> None:

@@ -27,18 +27,16 @@ import multiprocessing
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
 
 import torch
 import triton
 
 from codevolve.core.measurement import quantile
 from codevolve.evaluator_workers.gpu.cuda_device import cuda_device_info
-from codevolve.evaluator_workers.gpu.kernel import Config, compile_only, matmul
+from codevolve.problems.gemm_tiling.gpu_timing import ATOL_OF_RMS, RTOL, Shape, Timing
+from codevolve.problems.gemm_tiling_gpu.device.kernel import Config, compile_only, matmul
 
 FLUSH_MIN_BYTES = 256 * 1024 * 1024
-RTOL = 1.6e-2  # torch's default bf16 rtol (torch/testing/_comparison.py)
-ATOL_OF_RMS = 2e-2  # absolute floor, as a fraction of the reference's RMS
 WARMUP_LAUNCHES = 3
 # Flushes before each config's warm-up: ~8 ms of GPU work, so the clocks have left idle before
 # the first timed sample, also for decode shapes whose launches take microseconds.
@@ -46,20 +44,6 @@ WARMUP_FLUSHES = 100
 # Before each shape: keep the GPU busy this long (seconds). An idle H200 drops its SM clock to
 # 345 MHz; measured without this, a decode shape timed right after an idle moment ran 3x slower.
 SHAPE_WARMUP_S = 0.05
-Shape = tuple[int, int, int]  # M, N, K
-
-
-@dataclass(frozen=True, slots=True)
-class Timing:
-    """One (shape, config) as measured. Times in microseconds."""
-
-    status: str  # ok | compile_error | incorrect
-    t_us: float = math.inf  # candidate median
-    p20_us: float = math.inf
-    p80_us: float = math.inf
-    cublas_us: float = math.inf  # cuBLAS median, timed alternately with the candidate
-    samples: int = 0
-    detail: str = ""
 
 
 def device_info() -> dict[str, object]:
@@ -259,7 +243,3 @@ def alternating_timing(
         cublas_us=quantile(ref, 0.5),
         samples=len(ours),
     )
-
-
-def timing_dict(timing: Timing) -> dict[str, object]:
-    return asdict(timing)

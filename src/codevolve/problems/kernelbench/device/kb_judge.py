@@ -31,7 +31,6 @@ Imported only in the device process and in tests (needs torch).
 from __future__ import annotations
 
 import math
-import platform
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -41,43 +40,41 @@ from typing import Any
 import torch
 
 from codevolve.core.kernel_rules import check_model_new
-from codevolve.evaluator_workers.gpu.cuda_device import cuda_device_info
-from codevolve.evaluator_workers.gpu.kb_compare import aliased_input, all_finite, compare
-from codevolve.evaluator_workers.gpu.kb_inputs import (
-    DISTRIBUTIONS,
-    KERNELBENCH,
-    ReferenceFailure,
-    draw_inputs,
-    init_inputs,
-    judge_random,
-    refill,
-)
-from codevolve.evaluator_workers.gpu.kb_loader import KbLoader, LoadError, ReferenceProgram
-from codevolve.evaluator_workers.gpu.kb_remote import (
+from codevolve.evaluator_workers.gpu.cuda_device import device_info
+from codevolve.evaluator_workers.gpu.judging import BATCH_TARGET_MS, MAX_BATCH
+from codevolve.evaluator_workers.gpu.remote import (
+    CandidateProblem,
     LoadFailed,
     Misplaced,
     Remote,
     start_remote,
 )
-from codevolve.evaluator_workers.gpu.kb_timing import time_session
-from codevolve.evaluator_workers.gpu.kb_watch import (
-    CandidateProblem,
+from codevolve.evaluator_workers.gpu.runner_link import RunnerPool
+from codevolve.evaluator_workers.gpu.shared_tensors import Arena, byte_count
+from codevolve.problems.kernelbench.device.kb_compare import aliased_input, all_finite, compare
+from codevolve.problems.kernelbench.device.kb_inputs import (
+    DISTRIBUTIONS,
+    KERNELBENCH,
+    ReferenceFailure,
+    construct,
+    draw_inputs,
+    init_inputs,
+    judge_random,
+    refill,
+)
+from codevolve.problems.kernelbench.device.kb_loader import KbLoader, LoadError, ReferenceProgram
+from codevolve.problems.kernelbench.device.kb_role import ROLE
+from codevolve.problems.kernelbench.device.kb_timing import time_session
+from codevolve.problems.kernelbench.device.kb_watch import (
     changed_input,
     copies,
     forbidden_ran,
     raise_if_context_broken,
 )
-from codevolve.evaluator_workers.gpu.runner_link import RunnerPool
-from codevolve.evaluator_workers.gpu.shared_tensors import Arena, byte_count
 
 SKIPPED = "skipped"
 NOT_JUDGED = "not judged"
 BASELINES = ("eager", "compile")
-# A timed batch runs at least this long, where memory allows: on CUDA some 40 times the batch's
-# fixed cost (about 0.5 ms on an H100; docs/security.md); on the CPU well above a busy
-# machine's scheduling delays.
-BATCH_TARGET_MS = {"cuda": 20.0, "cpu": 10.0}
-MAX_BATCH = {"cuda": 2048, "cpu": 16}  # calls in one timed batch (each on fresh inputs)
 ARENA_CAP = {"cuda": 4 << 30, "cpu": 1 << 30}  # bytes of staged batches (one set always fits)
 
 
@@ -155,18 +152,6 @@ def _new_reply(device: str, settings: JudgeSettings) -> dict[str, Any]:
         "timing": None,
         "isolation": {},
         "seconds": {"load": 0.0, "check": 0.0, "time": 0.0},
-    }
-
-
-def device_info(device: str) -> dict[str, Any]:
-    if device == "cuda":
-        return {"type": "cuda", **cuda_device_info()}
-    name = platform.processor() or platform.machine()
-    return {
-        "type": "cpu",
-        "name": name,
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
     }
 
 
@@ -250,7 +235,7 @@ class Session:
         if self.remote is None:
             self._start(init)
         assert self.remote is not None
-        self.remote.construct(seed, init)
+        construct(self.remote, seed, init)
 
     def _start(self, init: list[Any]) -> None:
         """The arena, sized for the timed batches (from the reference's time here), and the
@@ -269,7 +254,9 @@ class Session:
         self.batch = max(1, min(MAX_BATCH[self.device], target, cap // one_set))
         size = max(self.batch * one_set, byte_count(init) + one_set)
         self.arena = Arena.create(size, self.device)
-        self.remote = start_remote(self.runners, self.arena, self.candidate, trusted=False)
+        self.remote = start_remote(
+            self.runners, self.arena, self.candidate, trusted=False, role=ROLE, who="ModelNew"
+        )
         self.layers = self.remote.layers
 
     def _clock(self) -> float:
