@@ -18,7 +18,10 @@ import json
 import time
 from pathlib import Path
 
-from codevolve.problems.kernelbench.device import kb_jobs
+try:
+    from codevolve.problems.kernelbench.device import kb_jobs
+except ImportError:  # a tree from before the judges moved into their problems
+    from codevolve.evaluator_workers.gpu import kb_jobs  # type: ignore[no-redef]
 
 
 def main() -> None:
