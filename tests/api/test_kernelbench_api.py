@@ -125,7 +125,9 @@ async def test_the_dashboard_page_shows_the_same_table_for_the_same_viewer(api: 
     page = await api.client.get("/kernelbench", headers=alice)
     assert page.status_code == 200
     assert '<a href="/kernelbench" class="active">KernelBench</a>' in page.text
-    match = re.search(r'<script type="application/json" id="kb-data">(.*?)</script>', page.text)
+    match = re.search(
+        r'<script type="application/json" id="results-data">(.*?)</script>', page.text
+    )
     assert match is not None
     assert json.loads(match.group(1)) == expected
     assert [row["job_id"] for row in expected["rows"]] == [mine.job_id]

@@ -166,17 +166,17 @@ def _check_kernelbench_page(page: Page, server: str, db_url: str) -> None:
     page.goto(server)
     page.click("nav a[href='/kernelbench']")
     page.wait_for_selector("body[data-rendered='true']")
-    rows = page.locator("#kb-table tbody tr")
+    rows = page.locator("#results-table tbody tr")
     assert rows.count() == 1
-    row = page.locator(f"#kb-table tr[data-job='{job.job_id}']")
+    row = page.locator(f"#results-table tr[data-job='{job.job_id}']")
     cells = row.locator("td").all_inner_texts()
     assert cells[:6] == ["19_ReLU", "yes", "2.50×", "1.88×", "0.0160", "triton"]
-    assert page.locator("#kb-summary tr[data-against='eager'] td[data-p='2.0']").inner_text() == (
-        "1.00"
-    )
-    assert page.locator("#kb-summary tr[data-against='compile'] td[data-p='2.0']").inner_text() == (
-        "0.00"
-    )
+    assert page.locator(
+        "#results-summary tr[data-line='fast_p_eager'] td[data-p='2.0']"
+    ).inner_text() == ("1.00")
+    assert page.locator(
+        "#results-summary tr[data-line='fast_p_compile'] td[data-p='2.0']"
+    ).inner_text() == ("0.00")
     row.locator(f"a[href='/jobs/{job.job_id}']").click()
     page.wait_for_url(f"{server}/jobs/{job.job_id}")
 

@@ -12,7 +12,8 @@ The registry (``codevolve.problems.registry``) reads the entry points. Services 
 a problem only through its descriptor, never by importing its package (an import-linter
 contract). Every part past the name is optional, and importing a descriptor does no work: the
 problem is built by its factory when asked, device jobs are dotted paths that only a device
-process imports, and the per-case report and the exporters import what they need when called.
+process imports, and the per-case report, the exporters, the problem-file reader and the
+results page import what they need when called.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 
 from codevolve.core.export import Exporter
 from codevolve.core.problem import Candidate, JSONValue, Problem
+from codevolve.core.problem_file import ProblemFile
+from codevolve.core.results import ResultsPage
 
 ENTRY_POINTS = "codevolve.problems"  # the entry-point group of problem plug-ins
 PLUGIN_ATTRIBUTE = "PLUGIN"  # what a problem package binds (the entry point names it)
@@ -71,7 +74,9 @@ class ProblemPlugin:
 
     A plug-in without a ``problem`` is a format: its problems are built from files a user brings
     (uploaded bundles, ``bundle:<sha256>``), not named in ``codevolve run NAME``; its exporters
-    and device jobs serve those jobs (KernelBench files).
+    and device jobs serve those jobs (KernelBench files), and its ``problem_file`` reads such a
+    file for ``codevolve run`` (core/problem_file.py). ``results`` is a page of one row per job
+    of the problem, in the dashboard and the API (core/results.py).
     """
 
     name: str  # what users type (``codevolve run NAME``); the entry point's name
@@ -80,6 +85,8 @@ class ProblemPlugin:
     device_jobs: tuple[DeviceJob, ...] = ()
     exporters: tuple[Exporter, ...] = ()  # ``codevolve export --format``; the first is the default
     case_report: CaseReport | None = None
+    problem_file: ProblemFile | None = None
+    results: ResultsPage | None = None
 
     @property
     def shown(self) -> str:

@@ -11,6 +11,7 @@ first use, and a problem is built only when asked for.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from types import MappingProxyType
@@ -25,7 +26,11 @@ from codevolve.core.plugin import (
     ProblemPlugin,
 )
 from codevolve.core.problem import Problem
+from codevolve.core.problem_file import ProblemFile
+from codevolve.core.results import ResultsPage
 from codevolve.problems.errors import PluginError
+
+_SEGMENT = re.compile(r"^[a-z][a-z0-9-]*$")  # a results page's URL segment
 
 
 @functools.cache
@@ -43,6 +48,7 @@ def plugins() -> Mapping[str, ProblemPlugin]:
             "with `make install` (pip install -e .) so that its problems are recorded"
         )
     check_device_jobs(found.values())
+    check_claims(found.values())
     return MappingProxyType(found)
 
 
@@ -87,6 +93,35 @@ def check_device_jobs(found: Iterable[ProblemPlugin]) -> None:
             owners[job.name] = plugin.name
 
 
+def check_claims(found: Iterable[ProblemPlugin]) -> None:
+    """PluginError for a problem-file option or a results page two plug-ins claim, or a page's
+    URL segment that is not a lower-case word (``kernelbench``, ``my-problem``)."""
+    owners: dict[str, str] = {}
+    for plugin in found:
+        claims = []
+        if plugin.problem_file is not None:
+            file = plugin.problem_file
+            claims += [
+                f"the option {file.option}",
+                *(f"the option {s.option}" for s in file.options),
+            ]
+        if plugin.results is not None:
+            segment = plugin.results.segment
+            if not _SEGMENT.match(segment):
+                raise PluginError(
+                    f"results page of {plugin.name!r}: the segment {segment!r} is not a "
+                    "lower-case word (letters, digits, '-')"
+                )
+            claims.append(f"the results page /{segment}")
+        for claim in claims:
+            if owners.get(claim, plugin.name) != plugin.name:
+                raise PluginError(
+                    f"{claim} is claimed by the problem plug-ins {owners[claim]!r} and "
+                    f"{plugin.name!r}"
+                )
+            owners[claim] = plugin.name
+
+
 def problem_names() -> list[str]:
     """Names of the problems users can run, sorted (formats left out)."""
     return sorted(name for name, plugin in plugins().items() if not plugin.is_format)
@@ -125,3 +160,24 @@ def device_jobs() -> dict[str, DeviceJob]:
 def exporters() -> list[tuple[ProblemPlugin, Exporter]]:
     """Every plug-in's exporters, plug-ins by name."""
     return [(plugin, exporter) for plugin in plugins().values() for exporter in plugin.exporters]
+
+
+def problem_files() -> list[tuple[ProblemPlugin, ProblemFile]]:
+    """The plug-ins that read problem files (``run --kernel-problem``), by name."""
+    return [(p, p.problem_file) for p in plugins().values() if p.problem_file is not None]
+
+
+def results_pages() -> list[tuple[ProblemPlugin, ResultsPage]]:
+    """The plug-ins with a results page, by name."""
+    return [(p, p.results) for p in plugins().values() if p.results is not None]
+
+
+def get_format(name: str) -> ProblemPlugin:
+    """The installed plug-in ``name``, a format included; PluginError when none is installed."""
+    plugin = plugins().get(name)
+    if plugin is None:
+        raise PluginError(
+            f"no problem plug-in {name!r} is installed (entry points {ENTRY_POINTS!r}); "
+            f"installed: {', '.join(plugins())}"
+        )
+    return plugin

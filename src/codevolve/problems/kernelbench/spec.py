@@ -14,13 +14,14 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from codevolve.problems.kernelbench import JUDGE_BASELINES, JUDGE_SEEDS, JUDGE_TRIALS
 from codevolve.problems.kernelbench.format import KernelProblemError, read_problem
 
 SPEC_FILE = "kernelbench.json"  # a kernel bundle's settings (problems/openevolve/bundle.py)
 REFERENCE_FILE = "reference.py"
 INITIAL_FILE = "initial_program.py"
 DISTRIBUTIONS = ("kernelbench", "signed", "wide")
-BASELINES = ("eager", "compile")
+BASELINES = JUDGE_BASELINES
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +34,8 @@ class JudgeSettings:
     ``tolerance``: atol = rtol for every output (None: by dtype, 1e-4 fp32, 1e-2 fp16/bf16).
     """
 
-    seeds: int = 3  # correctness trials, each on fresh inputs from its own seed, per distribution
-    trials: int = 20  # timed rounds
+    seeds: int = JUDGE_SEEDS  # correctness trials per distribution, each on inputs of its own seed
+    trials: int = JUDGE_TRIALS  # timed rounds
     warmup: int = 3  # untimed calls before the timed rounds
     forbid: tuple[str, ...] = ()
     baselines: tuple[str, ...] = BASELINES
@@ -113,3 +114,24 @@ def spec_of_files(files: Mapping[str, bytes]) -> KernelSpec:
         initial_program=files[INITIAL_FILE].decode(),
         settings=settings,
     )
+
+
+def settings_of(values: Mapping[str, int | str]) -> JudgeSettings:
+    """The judge's settings as the command line types them (``forbid`` and ``baselines``
+    comma-separated); KernelProblemError starts with the setting's name."""
+    defaults = JudgeSettings()
+
+    def words(name: str) -> tuple[str, ...]:
+        return tuple(word.strip() for word in str(values[name]).split(",") if word.strip())
+
+    return JudgeSettings(
+        seeds=int(values.get("seeds", defaults.seeds)),
+        trials=int(values.get("trials", defaults.trials)),
+        forbid=words("forbid") if "forbid" in values else defaults.forbid,
+        baselines=words("baselines") if "baselines" in values else defaults.baselines,
+    )
+
+
+def bundle_of_file(source: str, name: str, settings: JudgeSettings) -> dict[str, bytes]:
+    """The bundle files of a user's problem file (KernelProblemError names the fault)."""
+    return spec_files(make_spec(source, name=name, settings=settings))

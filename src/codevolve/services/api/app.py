@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from starlette.exceptions import HTTPException
 
 import codevolve
+from codevolve.problems import registry
 from codevolve.program_db.engine import create_engine, session_factory, upgrade
 from codevolve.program_db.errors import UnknownJobError, UnknownProgramError
 from codevolve.services.api.deps import AppState, FleetReader, reading
@@ -39,7 +40,7 @@ from codevolve.services.api.limits import (
     BodyLimit,
 )
 from codevolve.services.api.read_cache import ReadCache
-from codevolve.services.api.routes import dashboard, jobs, kernelbench, programs, system, tokens
+from codevolve.services.api.routes import dashboard, jobs, programs, results, system, tokens
 from codevolve.services.runtime.pools import api_pool
 from codevolve.services.settings import Settings, normalise_db_url
 
@@ -53,8 +54,10 @@ def create_app(
     sessions: async_sessionmaker[AsyncSession] | None = None,
     fleet: FleetReader | None = None,
 ) -> FastAPI:
+    with_pages = registry.results_pages()  # (plug-in, its results page)
     state = AppState(
         settings=settings,
+        results_pages=tuple(page for _, page in with_pages),
         sessions=sessions,
         readers=None if sessions is None else reading(sessions),
         fleet=fleet,
@@ -85,9 +88,13 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.codevolve = state
-    routers = (jobs, programs, tokens, system, dashboard, kernelbench)
+    routers = (jobs, programs, tokens, system, dashboard)
     for routes in routers:
         app.include_router(routes.router)
+    for router in results.routers(
+        plugin for plugin, _ in with_pages
+    ):  # after the others: a page takes no route of theirs
+        app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_exception_handler(RequestValidationError, validation_failed)
     app.add_exception_handler(HTTPException, http_error)

@@ -26,6 +26,7 @@ from fastapi import Depends, Request, Response
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from codevolve.core.results import ResultsPage
 from codevolve.services.api.health import HealthProbe
 from codevolve.services.api.logins import LoginStore
 from codevolve.services.api.read_cache import ReadCache
@@ -59,6 +60,7 @@ class AppState:
     logins: LoginStore = field(default_factory=LoginStore)  # the dashboard's sign-ins
     tokens: TokenCache = field(default_factory=TokenCache)  # live tokens, for a few seconds
     reads: ReadCache = field(default_factory=ReadCache)  # read answers, for about a second
+    results_pages: tuple[ResultsPage, ...] = ()  # the problems' pages the app serves
     extra: dict[str, object] = field(default_factory=dict)
 
 

@@ -1,6 +1,6 @@
 """Read models shared by the API routes and the dashboard: a job with its counts, the chart and
-heatmap data, a program with its diff and lineage, the KernelBench table. Each takes the request's
-session."""
+heatmap data, a program with its diff and lineage, a problem's results page. Each takes the
+request's session."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.errors import CodevolveError
 from codevolve.core.job import Job
+from codevolve.core.plugin import ProblemPlugin
 from codevolve.core.program import Program, ProgramStatus
-from codevolve.problems.kernelbench.format import KernelProblemError
 from codevolve.program_db import repository
-from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
 from codevolve.program_db.program_page import Page
 from codevolve.program_db.repository import JobFigures
 from codevolve.services.api.schemas import (
@@ -24,17 +23,15 @@ from codevolve.services.api.schemas import (
     BestConfirmed,
     JobDetail,
     JobPublic,
-    KernelRowPublic,
-    KernelSummary,
-    KernelTable,
     ProgramDetail,
     ProgramPage,
     Programs,
     ProgramSummary,
+    ResultsAnswer,
     Usage,
     finite,
 )
-from codevolve.services.read_models.kernelbench import KernelRow, kernel_row, summary
+from codevolve.services.read_models.results import results_table
 from codevolve.services.read_models.usage import COST_DIGITS, program_proposal
 from codevolve.services.read_models.views import best_view
 from codevolve.services.runtime.problems import cached_problem
@@ -213,27 +210,13 @@ async def _owns(session: AsyncSession, program: Program, owner: str) -> bool:
     return job is not None and job.owner == owner
 
 
-async def kernel_table(session: AsyncSession, *, owner: str | None) -> KernelTable:
-    """The KernelBench table over the jobs ``owner`` (None: anyone) may see, newest first, and
-    its fast_p figures. A problem run more than once is one row, its newest job's (per owner):
-    fast_p counts problems, as ``codevolve kernelbench`` does. Only ``bundle:`` jobs can be
-    KernelBench problems, so no other job's problem is looked up; a stored bundle whose
-    ``kernelbench.json`` cannot be read (an upload can carry one) leaves its jobs out rather than
-    failing the whole table."""
-    jobs = await repository.list_jobs(session, owner=owner)  # newest first
-    rows: list[KernelRow] = []
-    shown: set[tuple[str, str]] = set()  # (owner, problem file) already in the table
-    for job in jobs:
-        if not job.config.problem.startswith(BUNDLE_PROBLEM_PREFIX):
-            continue
-        try:
-            row = await kernel_row(session, job)
-        except KernelProblemError:
-            continue
-        if row is not None and (job.owner, row.problem) not in shown:
-            shown.add((job.owner, row.problem))
-            rows.append(row)
-    return KernelTable(
-        rows=[KernelRowPublic.of(row) for row in rows],
-        summary=KernelSummary.model_validate(summary(rows)),
-    )
+async def results_answer(
+    session: AsyncSession, plugin: ProblemPlugin, *, owner: str | None
+) -> ResultsAnswer:
+    """``plugin``'s results page over the jobs ``owner`` (None: anyone) may see, newest first
+    (read_models/results.py): a case run more than once is one row, its newest job's (per owner),
+    so the figures count cases; a job whose stored records the plug-in cannot read (an upload
+    can carry anything) is left out rather than failing the whole page."""
+    assert plugin.results is not None
+    table = await results_table(session, plugin, owner=owner)
+    return ResultsAnswer.of(table, plugin.results)

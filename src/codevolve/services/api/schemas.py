@@ -20,9 +20,10 @@ from pydantic_core import PydanticCustomError
 
 from codevolve.core.job import Job, ProgramCounts
 from codevolve.core.program import Program, ProgramHeader
+from codevolve.core.results import ResultsPage
 from codevolve.problems.registry import problem_names
 from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
-from codevolve.services.read_models.kernelbench import KernelRow
+from codevolve.services.read_models.results import ResultsTable
 from codevolve.services.run_config import CAPS, FIELD_OF
 
 Id = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$", description="uuid4 hex")]
@@ -374,45 +375,20 @@ class TokenList(BaseModel):
     tokens: list[TokenPublic]
 
 
-class KernelRowPublic(BaseModel):
-    """One KernelBench problem's job and its confirmed best (read_models/kernelbench.py)."""
+class ResultsAnswer(BaseModel):
+    """A problem's results page (core/results.py): one row per case, its newest job's, newest
+    first, and the page's figures over them; the fields are the problem plug-in's."""
 
-    problem: str = Field(description="the problem file's stem, e.g. 19_ReLU")
-    job_id: str
-    state: str
-    proposals: int
-    correct: bool = Field(description="the job has a best program (every one passed the judge)")
-    is_reference: bool = Field(description="the best is still the reference's own code")
-    speedup_eager: float | None = Field(description="confirmed t_eager / t_best")
-    speedup_compile: float | None = Field(description="t_compile / t_best, when compile was timed")
-    best_ms: float | None = Field(description="milliseconds per call of the best")
-    eager_ms: float | None
-    compile_ms: float | None
-    uses_triton: bool
-    best_program_id: str | None
+    rows: list[dict[str, Any]] = Field(description="one per case; a number JSON can't hold: null")
+    summary: dict[str, Any]
 
     @classmethod
-    def of(cls, row: KernelRow) -> KernelRowPublic:
-        fields = row.as_dict()
-        for key in ("speedup_eager", "speedup_compile", "best_ms", "eager_ms", "compile_ms"):
-            fields[key] = finite(fields[key])
-        return cls(**fields)
-
-
-FastP = dict[str, float | None]  # p ("0.0", "1.0", "1.5", "2.0") -> share of problems; null: none
-
-
-class KernelSummary(BaseModel):
-    problems: int
-    correct: int = Field(description="problems with a correct program")
-    kept_reference: int = Field(description="problems whose best is the reference's own code")
-    fast_p_eager: FastP = Field(description="share correct and more than p times eager's speed")
-    fast_p_compile: FastP = Field(description="the same against torch.compile (null: not timed)")
-
-
-class KernelTable(BaseModel):
-    rows: list[KernelRowPublic]
-    summary: KernelSummary
+    def of(cls, table: ResultsTable, page: ResultsPage) -> ResultsAnswer:
+        rows = [
+            {k: finite(v) if isinstance(v, float) else v for k, v in page.public(row).items()}
+            for row in table.rows
+        ]
+        return cls(rows=rows, summary=dict(table.summary))
 
 
 class ErrorDetail(BaseModel):

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from codevolve.core.errors import CodevolveError
+from codevolve.problems.errors import PluginError
 from codevolve.program_db.errors import UnknownJobError, UnknownProgramError
 from codevolve.services.cli import dist as cli_dist
 from codevolve.services.cli import evaluate as cli_evaluate
@@ -54,7 +55,11 @@ was changed), 130 or 143 interrupted (the job is paused). Errors: docs/errors.md
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        parser = _parser()  # the problem plug-ins' options: the registry is read here
+    except PluginError as exc:
+        return _fail(str(exc))
+    args = parser.parse_args(argv)
     try:
         settings = Settings()
     except ValidationError as exc:

@@ -1,12 +1,13 @@
 """``codevolve evaluate``: run one program through its problem's cascade, here.
 
 The problem is named as ``codevolve run`` names it: a built-in name (``--problem``), a folder
-in the OpenEvolve layout (``--problem-dir DIR [--config FILE]``) or a KernelBench file
-(``--kernel-problem FILE``); it is built by the same functions as a run's and looked up the way
-the run's workers look it up. The program (by default the problem's initial program) runs in the
-sandbox the workers use, and a device stage in a device process as ``run --gpus`` opens it;
-nothing is written to a database. A problem whose plug-in has a per-case report (core/plugin.py:
-CaseReport) adds it, on the cases of ``--shapes FILE`` or on its own.
+in the OpenEvolve layout (``--problem-dir DIR [--config FILE]``) or a format plug-in's problem
+file (``--kernel-problem FILE``: cli/problem_file.py); it is built by the same functions as a
+run's and looked up the way the run's workers look it up. The program (by default the
+problem's initial program) runs in the sandbox the workers use, and a device stage in a device
+process as ``run --gpus`` opens it; nothing is written to a database. A problem whose plug-in
+has a per-case report (core/plugin.py: CaseReport) adds it, on the cases of ``--shapes FILE``
+or on its own.
 """
 
 from __future__ import annotations
@@ -33,14 +34,14 @@ from codevolve.evaluator_workers.gpu.pinning import open_devices
 from codevolve.evaluator_workers.sandbox import SandboxPool
 from codevolve.problems import registry
 from codevolve.problems.errors import ProblemError
-from codevolve.services.cli import kernel_problem, problem_dir
+from codevolve.services.cli import problem_dir, problem_file
 from codevolve.services.cli.options import EXIT_FAILED, check_problem
 from codevolve.services.cli.summaries import print_evaluation
 from codevolve.services.runtime.embedded import problem_gpus
 from codevolve.services.runtime.problems import cached_problem
 
 INITIAL = "the initial program"  # what the record names when --program is not given
-SOURCES = ("--problem", "--problem-dir", "--kernel-problem")
+SOURCES = ("--problem", "--problem-dir")  # and each format plug-in's file option
 
 
 def register(sub: Any) -> None:
@@ -52,7 +53,7 @@ def register(sub: Any) -> None:
     )
     evaluate.add_argument("--problem", help="a built-in problem's name, e.g. gemm-tiling")
     problem_dir.add_run_arguments(evaluate)
-    kernel_problem.add_run_arguments(evaluate)
+    problem_file.add_run_arguments(evaluate)
     evaluate.add_argument(
         "--program", type=Path, help="the program file (default: the problem's initial program)"
     )
@@ -91,21 +92,19 @@ def problem_config(args: argparse.Namespace) -> tuple[RunConfig, tuple[str, ...]
     """The job config ``run`` would build from the same options, and the warnings that matter
     to one evaluation: files left out of a folder's bundle (the evaluator may need one), not
     the config's keys of a run."""
+    files = problem_file.formats()
+    sources = [*SOURCES, *(file.option for file in files)]
+    values = (args.problem, args.problem_dir, *(getattr(args, file.dest) for file in files))
     given = [
-        (flag, value)
-        for flag, value in zip(
-            SOURCES, (args.problem, args.problem_dir, args.kernel_problem), strict=True
-        )
-        if value is not None
+        (flag, value) for flag, value in zip(sources, values, strict=True) if value is not None
     ]
     if not given:
-        raise ConfigError(
-            "evaluate: name the problem: --problem NAME (e.g. gemm-tiling), --problem-dir PATH "
-            "or --kernel-problem PATH.py"
-        )
+        usages = ["--problem NAME (e.g. gemm-tiling)", "--problem-dir PATH"]
+        usages += [file.usage for file in files]
+        raise ConfigError(f"evaluate: name the problem: {problem_file.one_of(usages)}")
     if len(given) > 1:
         flags = " and ".join(flag for flag, _ in given)
-        raise ConfigError(f"evaluate: give one of {', '.join(SOURCES)}, not {flags}")
+        raise ConfigError(f"evaluate: give one of {', '.join(sources)}, not {flags}")
     if args.config is not None and args.problem_dir is None:
         raise ConfigError(
             "evaluate: --config goes with --problem-dir; drop it or add --problem-dir"
@@ -117,8 +116,8 @@ def problem_config(args: argparse.Namespace) -> tuple[RunConfig, tuple[str, ...]
     if args.problem_dir is not None:
         folder = problem_dir.run_config_from_args(args)
         return folder.config, () if folder.left_out is None else (folder.left_out,)
-    if args.kernel_problem is not None:
-        return kernel_problem.run_config_from_args(args), ()
+    if chosen := problem_file.given(args):
+        return problem_file.run_config_from_args(args, chosen[0]), ()
     check_problem(args.problem)
     return RunConfig(problem=args.problem, seed=args.seed or 0), ()
 

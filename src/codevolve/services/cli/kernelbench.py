@@ -5,12 +5,16 @@ The user points at their own checkout (``--dir KernelBench --level 1`` reads
 problems by KernelBench's number. Each problem is one job in the database, run in turn here; the
 same command run again continues where it stopped: a finished problem's job is reused, an
 interrupted one resumed, so a set too large for one sitting is carried over several. The end is a
-table per problem and fast_p for p in 0, 1, 1.5, 2 against eager and ``torch.compile``
-(read_models/kernelbench.py), also written as JSON with ``--report``. ``--report-only`` prints
+table per problem and fast_p for p in 0, 1, 1.5, 2 against eager and ``torch.compile`` (the
+rows and figures of the plug-in's results page: problems/kernelbench/results.py), also written as
+JSON with ``--report``. ``--report-only`` prints
 that table from what the database holds and runs nothing: each problem's newest job with the
 same seed and a budget of at most ``--proposals`` (a problem re-run with a larger budget shows
 that run); a problem without one counts as not run (not solved), one still running or
 interrupted shows its best so far.
+
+The command reaches KernelBench only through its plug-in (the registry's ``kernelbench``): its
+problem-file reader and its results page.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,15 +34,12 @@ from rich.table import Table
 from codevolve.core.config import RunConfig
 from codevolve.core.errors import ConfigError
 from codevolve.core.job import Job, JobState
+from codevolve.core.plugin import ProblemPlugin
+from codevolve.core.problem_file import ProblemFile
+from codevolve.core.results import ResultsPage, Row
 from codevolve.problems import registry
-from codevolve.problems.kernelbench.format import KernelProblemError
-from codevolve.problems.kernelbench.spec import make_spec
+from codevolve.problems.errors import PluginError
 from codevolve.services.cli import llm as cli_llm
-from codevolve.services.cli.kernel_problem import (
-    add_judge_arguments,
-    judge_settings,
-    kernel_run_config,
-)
 from codevolve.services.cli.options import (
     EXIT_FAILED,
     REMEASURE_HELP,
@@ -45,15 +47,32 @@ from codevolve.services.cli.options import (
     at_least,
     db_option,
 )
-from codevolve.services.read_models.kernelbench import KernelRow, kernel_rows, summary
+from codevolve.services.cli.problem_file import (
+    add_settings_arguments,
+    file_run_config,
+    settings,
+)
 
 if TYPE_CHECKING:
     from codevolve.evaluator_workers.gpu.device_process import DeviceProcess
 
 _NUMBERED = re.compile(r"^(\d+)_.*\.py$")
+FORMAT = "kernelbench"  # the plug-in whose files and results page the command uses
+
+
+def kernelbench() -> tuple[ProblemPlugin, ProblemFile, ResultsPage]:
+    """The plug-in, its problem-file reader and its results page (PluginError without them)."""
+    plugin = registry.get_format(FORMAT)
+    if plugin.problem_file is None or plugin.results is None:
+        raise PluginError(f"problem plug-in {FORMAT!r} reads no problem file or has no results")
+    return plugin, plugin.problem_file, plugin.results
 
 
 def register(sub: Any) -> None:
+    """The command, where the plug-in is installed."""
+    plugin = registry.plugins().get(FORMAT)
+    if plugin is None or plugin.problem_file is None:
+        return
     bench = sub.add_parser(
         "kernelbench", help="evolve a set of KernelBench-format problems and report fast_p"
     )
@@ -75,7 +94,7 @@ def register(sub: Any) -> None:
         action="store_true",
         help="run nothing: the table of each problem's newest job within --proposals",
     )
-    add_judge_arguments(bench)
+    add_settings_arguments(bench, plugin.problem_file)
     cli_llm.add_run_arguments(bench)
     db_option(bench)
     bench.set_defaults(handler=_cmd_kernelbench)
@@ -130,19 +149,20 @@ def _cmd_kernelbench(args: argparse.Namespace) -> int:
     wanted = None if args.problems is None else parse_ranges(args.problems)
     files = problem_files(folder, wanted)
     not_run = len(problem_files(folder, None)) - len(files) if wanted is not None else 0
-    settings = judge_settings(args)
+    plugin, reader, _ = kernelbench()
+    judged = settings(reader, args)
     args.proposals_given = args.proposals
     console = Console(stderr=True)
     configs: list[tuple[str, RunConfig]] = []
     refused: list[tuple[str, str]] = []
     for path in files:
         try:
-            spec = make_spec(path.read_text(encoding="utf-8"), name=path.stem, settings=settings)
-        except (KernelProblemError, UnicodeDecodeError) as exc:
+            bundle = reader.read(path.read_text(encoding="utf-8"), path.stem, judged)
+        except (ConfigError, UnicodeDecodeError) as exc:
             refused.append((path.stem, str(exc)))
             console.print(f"[yellow]skipped:[/yellow] {exc}", highlight=False, soft_wrap=True)
             continue
-        configs.append((spec.name, kernel_run_config(spec, args, fields={"label": path.name})))
+        configs.append((path.stem, file_run_config(bundle, args, fields={"label": path.name})))
     console.print(
         f"{len(configs)} problems from {folder}, {args.proposals} proposals each"
         + (f"; {len(refused)} skipped" if refused else "")
@@ -152,7 +172,7 @@ def _cmd_kernelbench(args: argparse.Namespace) -> int:
         not_run += len(configs) - len(jobs)
     else:
         jobs, interrupted = asyncio.run(_run_all(args, configs, console))
-    rows = asyncio.run(_rows(args.db, jobs))
+    rows = asyncio.run(_rows(args.db, plugin, jobs))
     report = _report(rows, refused, folder, not_run)
     if args.report:
         args.report.write_text(json.dumps(report, indent=2) + "\n")
@@ -277,43 +297,45 @@ async def _job(db: str, job_id: str) -> Job:
     return job
 
 
-async def _rows(db: str, jobs: list[Job]) -> list[KernelRow]:
+async def _rows(db: str, plugin: ProblemPlugin, jobs: list[Job]) -> list[Row]:
     from codevolve.services.database import reading_session
+    from codevolve.services.read_models.results import result_rows
 
     if not jobs:
         return []
     async with reading_session(db) as session:
-        return await kernel_rows(session, jobs)
+        return await result_rows(session, plugin, jobs)
 
 
 def _report(
-    rows: list[KernelRow], refused: list[tuple[str, str]], folder: Path, not_run: int
+    rows: list[Row], refused: list[tuple[str, str]], folder: Path, not_run: int
 ) -> dict[str, Any]:
     """The set's summary; with ``not_run`` files of the folder left out by ``--problems``, also
     the whole folder's, where each of those counts as a problem without a faster program."""
-    report = summary(rows, unsolved=len(refused))
+    summary = kernelbench()[2].summary
+    report: dict[str, Any] = dict(summary(rows, len(refused)))
     report["folder"] = str(folder)
     report["not_run"] = not_run
     if not_run:
-        report["whole_folder"] = summary(rows, unsolved=len(refused) + not_run)
-    report["rows"] = [row.as_dict() for row in rows]
+        report["whole_folder"] = summary(rows, len(refused) + not_run)
+    report["rows"] = [dict(row) for row in rows]
     report["skipped"] = [{"problem": name, "reason": why} for name, why in refused]
     return report
 
 
-def print_table(console: Console, rows: list[KernelRow], report: dict[str, Any]) -> None:
+def print_table(console: Console, rows: list[Row], report: Mapping[str, Any]) -> None:
     table = Table(title="KernelBench problems (speedups of each problem's confirmed best)")
     for column in ("problem", "correct", "vs eager", "vs compile", "best ms", "triton", "job"):
         table.add_column(column, justify="left" if column in ("problem", "job") else "right")
     for row in rows:
         table.add_row(
-            row.problem,
-            "yes" if row.correct else "no",
-            _x(row.speedup_eager) + (" (ref)" if row.is_reference else ""),
-            _x(row.speedup_compile),
-            "-" if row.best_ms is None else f"{row.best_ms:.4f}",
-            "yes" if row.uses_triton else "",
-            row.job_id,
+            row["problem"],
+            "yes" if row["correct"] else "no",
+            _x(row["speedup_eager"]) + (" (ref)" if row["is_reference"] else ""),
+            _x(row["speedup_compile"]),
+            "-" if row["best_ms"] is None else f"{row['best_ms']:.4f}",
+            "yes" if row["uses_triton"] else "",
+            row["job_id"],
         )
     console.print(table)
     for against in ("eager", "compile"):

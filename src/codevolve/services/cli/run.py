@@ -34,8 +34,8 @@ from codevolve.core.errors import ConfigError
 from codevolve.core.job import Job, JobState
 from codevolve.program_db.errors import UnknownJobError
 from codevolve.services.cli import dist as cli_dist
-from codevolve.services.cli import kernel_problem, problem_dir
 from codevolve.services.cli import llm as cli_llm
+from codevolve.services.cli import problem_dir, problem_file
 from codevolve.services.cli.options import (
     EXIT_FAILED,
     JOB_KEYS,
@@ -83,7 +83,7 @@ def register(sub: Any) -> None:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     cli_llm.add_run_arguments(run)
     problem_dir.add_run_arguments(run)
-    kernel_problem.add_run_arguments(run)
+    problem_file.add_run_arguments(run)
     db_option(run)
     run.set_defaults(handler=_cmd_run)
 
@@ -104,8 +104,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for warning in folder.all_warnings:
             # One line each, however narrow the terminal: a wrapped warning reads as several.
             console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
-    elif args.kernel_problem is not None:
-        config = kernel_problem.run_config_from_args(args)
+    elif files := problem_file.given(args):
+        config = problem_file.run_config_from_args(args, files[0])
     else:
         config = _new_config(args)
     bar = ProgressBar(console, enabled=not args.quiet and console.is_terminal)
@@ -154,10 +154,9 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
     if args.config is not None:
         raise ConfigError("run: --config goes with --problem-dir; drop it or add --problem-dir")
     if not args.problem:
-        raise ConfigError(
-            "run: name a problem (e.g. gemm-tiling), --problem-dir PATH, --kernel-problem PATH.py "
-            "or --resume JOB"
-        )
+        usages = [file.usage for file in problem_file.formats()]
+        choices = ["a problem (e.g. gemm-tiling)", "--problem-dir PATH", *usages, "--resume JOB"]
+        raise ConfigError(f"run: name {problem_file.one_of(choices)}")
     check_problem(args.problem)
     fields: dict[str, Any] = {"problem": args.problem, "seed": 0, "max_proposals": 1000}
     keys = {dest: value for dest, _, _ in JOB_OPTIONS if (value := getattr(args, dest)) is not None}
@@ -208,8 +207,8 @@ def contradictions(args: argparse.Namespace, job: Job) -> list[str]:
         found.append(f"the job's problem is {stored.problem}, not {args.problem}")
     if args.problem_dir is not None or args.config is not None:
         found.append("--problem-dir/--config cannot change the problem stored with the job")
-    if args.kernel_problem is not None:
-        found.append("--kernel-problem cannot change the problem stored with the job")
+    for file in problem_file.given(args):
+        found.append(f"{file.option} cannot change the problem stored with the job")
     for dest, field, flag in JOB_OPTIONS:
         given = getattr(args, dest)
         if given is not None and given != getattr(stored, field):

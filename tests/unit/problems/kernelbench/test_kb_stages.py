@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 
 from codevolve.core.device import DeviceReply
+from codevolve.problems.kernelbench.results import KernelRow, fast_p, summary
 from codevolve.problems.kernelbench.spec import JudgeSettings, KernelSpec
 from codevolve.problems.kernelbench.stages import JUDGE_JOB, JudgeStage
-from codevolve.services.read_models.kernelbench import KernelRow, fast_p, summary
 
 SPEC = KernelSpec(
     name="19_relu",

@@ -11,8 +11,9 @@ from typing import Any
 from rich.console import Console
 
 from codevolve.core.config import RunConfig
+from codevolve.core.results import Row
+from codevolve.problems.kernelbench.results import KernelRow
 from codevolve.services.cli.kernelbench import _report, _same_job, print_table
-from codevolve.services.read_models.kernelbench import KernelRow
 
 
 def _job(name: str, **config: Any) -> Any:
@@ -32,7 +33,7 @@ def test_the_newest_matching_job_is_continued_and_other_budgets_are_not() -> Non
     assert _same_job(stored[3:], config) is None
 
 
-def _row(problem: str, speedup: float | None, *, reference: bool = False) -> KernelRow:
+def _row(problem: str, speedup: float | None, *, reference: bool = False) -> Row:
     return KernelRow(
         problem=problem,
         job_id=problem,
@@ -47,7 +48,7 @@ def _row(problem: str, speedup: float | None, *, reference: bool = False) -> Ker
         compile_ms=None,
         uses_triton=False,
         best_program_id=None,
-    )
+    ).as_dict()
 
 
 def test_files_left_out_by_problems_count_as_not_solved_in_the_whole_folder_figures() -> None:

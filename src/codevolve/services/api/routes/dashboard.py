@@ -1,5 +1,5 @@
-"""The dashboard: server-rendered pages (jobs, a job, a program, the fleet, the KernelBench
-table) and the JSON their scripts poll to stay live. Readable by anyone when
+"""The dashboard: server-rendered pages (jobs, a job, a program, the fleet; problems' results
+pages are routes/results.py) and the JSON their scripts poll to stay live. Readable by anyone when
 ``public_dashboard`` is set, else with a token (Authorization header, or the cookie ``/login``
 sets). Not part of the OpenAPI schema."""
 
@@ -23,7 +23,6 @@ from codevolve.services.api.highlight import highlight_python, line_numbers, ren
 from codevolve.services.api.queries import (
     job_figures_detail,
     job_live,
-    kernel_table,
     program_detail,
     visible_job,
     visible_program,
@@ -32,7 +31,16 @@ from codevolve.services.api.routes.system import fleet_unreachable, read_fleet
 from codevolve.services.api.schemas import Fleet, JobPublic
 
 router = APIRouter(include_in_schema=False)
-templates = Jinja2Templates(directory=FilePath(__file__).parent.parent / "templates")
+
+
+def _navigation(request: Request) -> dict[str, Any]:
+    """Every page's links to the problems' results pages (the app's, routes/results.py)."""
+    return {"results_pages": state_of(request).results_pages}
+
+
+templates = Jinja2Templates(
+    directory=FilePath(__file__).parent.parent / "templates", context_processors=[_navigation]
+)
 IdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")]
 
 
@@ -147,23 +155,6 @@ async def program_page(
         "page": "program",
     }
     return templates.TemplateResponse(request, "program.html", context)
-
-
-@router.get("/kernelbench", response_class=HTMLResponse)
-async def kernelbench_page(
-    request: Request, session: ReadSessionDep, viewer: ViewerDep
-) -> HTMLResponse:
-    """The table of ``GET /api/v1/kernelbench``, built by the same function for the same viewer
-    (a page cannot send the API's bearer token: the sign-in cookie stands for it here)."""
-    table = (await kernel_table(session, owner=viewer.owner_filter)).model_dump(mode="json")
-    context = {"table": table, "page": "kernelbench"}
-    return templates.TemplateResponse(request, "kernelbench.html", context)
-
-
-@router.get("/live/kernelbench.json")
-async def kernelbench_live(session: ReadSessionDep, viewer: ViewerDep) -> JSONResponse:
-    table = await kernel_table(session, owner=viewer.owner_filter)
-    return JSONResponse(table.model_dump(mode="json"))
 
 
 @router.get("/workers", response_class=HTMLResponse)

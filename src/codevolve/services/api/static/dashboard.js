@@ -239,44 +239,58 @@ const codevolve = (() => {
     setTimeout(poll, POLL_MS);
   }
 
-  /* The KernelBench table (the rows and fast_p of GET /api/v1/kernelbench), redrawn while one of
-     its jobs still moves. A best that is still the reference's own code is marked "(ref)": its
-     speedup is noise around 1 and counts for no fast_p above 0. */
+  /* A problem's results page (GET /api/v1/<segment>): the table its plug-in describes
+     (#results-layout: the columns, the summary's grid and counts line) over the rows, redrawn
+     while one of its jobs still moves. A column's flag adds its note where the flag is true
+     (KernelBench: "(ref)", a best that is still the reference's own code). */
   const times = (v) => (v === null || v === undefined ? "–" : `${Number(v).toFixed(2)}×`);
   const share = (v) => (v === null || v === undefined ? "–" : Number(v).toFixed(2));
+  const number = (v, digits) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
 
-  function renderKernelTable(data) {
+  function resultsCell(column, row) {
+    const v = row[column.field];
+    const note = column.flag && row[column.flag] ? ` <span class="muted small">${esc(column.note)}</span>` : "";
+    switch (column.kind) {
+      case "yes_no": return `<td class="${v ? "ok" : "bad"}">${v ? "yes" : "no"}${note}</td>`;
+      case "times": return `<td class="num">${times(v)}${note}</td>`;
+      case "number": return `<td class="num">${number(v, column.digits)}${note}</td>`;
+      case "tag": return `<td>${v ? `<span class="tag">${esc(column.title.toLowerCase())}</span>` : ""}${note}</td>`;
+      case "state": return `<td><span class="state state-${esc(v)}">${esc(v)}</span>${note}</td>`;
+      case "job": return `<td><a class="mono" href="/jobs/${esc(v)}">${esc(String(v).slice(0, 8))}</a>${note}</td>`;
+      default: return `<td>${v === null || v === undefined ? "–" : esc(v)}${note}</td>`;
+    }
+  }
+
+  function renderResults(layout, data) {
     const { rows, summary } = data;
-    document.querySelector("#kb-summary tbody").innerHTML = ["eager", "compile"].map((against) => {
-      const values = summary[`fast_p_${against}`];
-      const cells = Object.keys(values).map((p) => `<td class="num" data-p="${esc(p)}">${share(values[p])}</td>`).join("");
-      return `<tr data-against="${against}"><td>${against === "eager" ? "PyTorch eager" : "torch.compile"}</td>${cells}</tr>`;
-    }).join("");
-    document.getElementById("kb-counts").textContent = `${summary.problems} problem${summary.problems === 1 ? "" : "s"}, ` +
-      `${summary.correct} with a correct program, ${summary.kept_reference} kept the reference's own code`;
-    document.querySelector("#kb-table tbody").innerHTML = rows.length ? rows.map((r) => `<tr data-job="${esc(r.job_id)}">
-      <td>${esc(r.problem)}</td><td class="${r.correct ? "ok" : "bad"}">${r.correct ? "yes" : "no"}</td>
-      <td class="num">${times(r.speedup_eager)}${r.is_reference ? ' <span class="muted small">(ref)</span>' : ""}</td>
-      <td class="num">${times(r.speedup_compile)}</td>
-      <td class="num">${r.best_ms === null ? "–" : Number(r.best_ms).toFixed(4)}</td>
-      <td>${r.uses_triton ? '<span class="tag">triton</span>' : ""}</td>
-      <td><span class="state state-${esc(r.state)}">${esc(r.state)}</span></td>
-      <td><a class="mono" href="/jobs/${esc(r.job_id)}">${esc(r.job_id.slice(0, 8))}</a></td></tr>`).join("")
-      : `<tr><td colspan="8" class="empty">No KernelBench job yet. Run <code>codevolve kernelbench --dir …</code>.</td></tr>`;
+    if (layout.grid) {
+      document.querySelector("#results-summary tbody").innerHTML = layout.grid.lines.map(([field, label]) => {
+        const values = summary[field] || {};
+        const cells = layout.grid.columns.map((key) => `<td class="num" data-p="${esc(key)}">${share(values[key])}</td>`).join("");
+        return `<tr data-line="${esc(field)}"><td>${esc(label)}</td>${cells}</tr>`;
+      }).join("");
+      document.getElementById("results-counts").textContent = layout.counts.replace(/\{(\w+)(\|s)?\}/g,
+        (_, field, plural) => (plural ? (summary[field] === 1 ? "" : "s") : String(summary[field])));
+    }
+    const empty = esc(layout.empty).replace(/`([^`]*)`/g, "<code>$1</code>");
+    document.querySelector("#results-table tbody").innerHTML = rows.length
+      ? rows.map((r) => `<tr data-job="${esc(r.job_id)}">${layout.columns.map((c) => resultsCell(c, r)).join("")}</tr>`).join("")
+      : `<tr><td colspan="${layout.columns.length}" class="empty">${empty}</td></tr>`;
     document.body.dataset.rendered = "true";
     return data;
   }
 
-  function kernelbenchPage() {
-    let data = renderKernelTable(JSON.parse(document.getElementById("kb-data").textContent));
+  function resultsPage() {
+    const layout = JSON.parse(document.getElementById("results-layout").textContent);
+    let data = renderResults(layout, JSON.parse(document.getElementById("results-data").textContent));
     const moving = () => data.rows.some((r) => !FINISHED.has(r.state) && r.state !== "paused");
     const poll = async () => {
       if (!moving()) return;
       try {
-        const response = await fetch("/live/kernelbench.json", { credentials: "same-origin" });
+        const response = await fetch(`/live/${layout.segment}.json`, { credentials: "same-origin" });
         if (response.ok) {
-          data = renderKernelTable(await response.json());
-          document.getElementById("kb-updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+          data = renderResults(layout, await response.json());
+          document.getElementById("results-updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
         }
       } catch (error) {
         /* the next poll tries again */
@@ -287,5 +301,5 @@ const codevolve = (() => {
     setTimeout(poll, POLL_MS * 2);
   }
 
-  return { jobPage, jobsPage, kernelbenchPage, drawChart, drawHeatmaps };
+  return { jobPage, jobsPage, resultsPage, drawChart, drawHeatmaps };
 })();

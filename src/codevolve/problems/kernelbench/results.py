@@ -9,20 +9,23 @@ The initial program is the reference's own code, correct by construction and as 
 to noise. So that noise is never counted as a speedup, a solution whose source is still the
 initial program counts for ``fast_0`` (it is correct) and for no ``p >= 1``; the report says how
 many problems kept it.
+
+The plug-in's results page (``/kernelbench`` in the dashboard, ``/api/v1/kernelbench``) and
+``codevolve kernelbench`` show these rows; the services read each job's records for them
+(core/results.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from codevolve.core.job import Job
+from codevolve.core.results import JobResults, Row
+from codevolve.problems.kernelbench import FAST_P as PAGE_FAST_P
 from codevolve.problems.kernelbench.spec import SPEC_FILE, spec_of_files
-from codevolve.program_db import repository
 
-FAST_P = (0.0, 1.0, 1.5, 2.0)
+FAST_P = tuple(float(p) for p in PAGE_FAST_P)  # 0, 1, 1.5, 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,19 +50,21 @@ class KernelRow:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> KernelRow:
+        """The row a page or a report holds (:meth:`as_dict`)."""
+        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
 
-async def kernel_row(session: AsyncSession, job: Job) -> KernelRow | None:
+
+async def kernel_row(records: JobResults) -> KernelRow | None:
     """The row of a KernelBench job; None for a job of another kind of problem."""
-    bundle = await repository.get_bundle(session, job.config.problem)
-    if bundle is None or SPEC_FILE not in bundle.files:
+    files = await records.bundle_files()
+    if files is None or SPEC_FILE not in files:
         return None
-    spec = spec_of_files(bundle.files)
-    best = (
-        None
-        if job.best_program_id is None
-        else await repository.get_program(session, job.best_program_id)
-    )
-    proposals = sum((await repository.proposal_counts(session, job.id)).values())
+    spec = spec_of_files(files)
+    job = records.job
+    best = await records.best_program()
+    proposals = await records.proposals()
     metrics = dict(best.metrics) if best is not None else {}
     compile_ms = metrics.get("compile_ms")
     speedup = job.best_score if best is not None else None
@@ -119,10 +124,12 @@ def summary(rows: list[KernelRow], *, unsolved: int = 0) -> dict[str, Any]:
     }
 
 
-async def kernel_rows(session: AsyncSession, jobs: list[Job]) -> list[KernelRow]:
-    rows = []
-    for job in jobs:
-        row = await kernel_row(session, job)
-        if row is not None:
-            rows.append(row)
-    return rows
+async def page_row(records: JobResults) -> Row | None:
+    """The results page's row of a job (:class:`KernelRow` as a mapping)."""
+    row = await kernel_row(records)
+    return None if row is None else row.as_dict()
+
+
+def page_summary(rows: Sequence[Row], unsolved: int) -> dict[str, Any]:
+    """The results page's figures (:func:`summary`) over its rows."""
+    return summary([KernelRow.of(row) for row in rows], unsolved=unsolved)
