@@ -11,6 +11,7 @@ import pytest
 import codevolve
 from codevolve.core.errors import UnknownProblemError
 from codevolve.core.plugin import ENTRY_POINTS, DeviceJob, ProblemPlugin
+from codevolve.core.results import JobResults, ResultsPage, Row
 from codevolve.problems import registry
 from codevolve.problems.errors import PluginError
 
@@ -87,3 +88,34 @@ def test_two_plugins_may_not_declare_the_same_device_job() -> None:
     lonely = ProblemPlugin(name="c", device_jobs=(DeviceJob("y.run", "a.b"),))
     with pytest.raises(PluginError, match=r"is not 'package\.module:function'"):
         registry.check_device_jobs([lonely])
+
+
+def _page(segment: str) -> ResultsPage:
+    async def row(_records: JobResults) -> Row | None:
+        return None
+
+    return ResultsPage(
+        segment=segment,
+        title="t",
+        subtitle="",
+        key="k",
+        row=row,
+        summary=lambda r, m: {},
+        columns=(),
+    )
+
+
+def test_two_plugins_may_not_claim_the_same_results_page_or_file_option() -> None:
+    pages = [
+        ProblemPlugin(name="a", results=_page("same")),
+        ProblemPlugin(name="b", results=_page("same")),
+    ]
+    with pytest.raises(PluginError, match=r"the results page /same is claimed by .* 'a' and 'b'"):
+        registry.check_claims(pages)
+    with pytest.raises(PluginError, match=r"segment 'Not/A/Word' is not a lower-case word"):
+        registry.check_claims([ProblemPlugin(name="c", results=_page("Not/A/Word"))])
+    kernelbench = registry.plugins()["kernelbench"]
+    twin = ProblemPlugin(name="twin", problem_file=kernelbench.problem_file)
+    with pytest.raises(PluginError, match=r"the option --kernel-problem is claimed by"):
+        registry.check_claims([kernelbench, twin])
+    registry.check_claims(registry.plugins().values())  # the installed plug-ins claim apart

@@ -8,7 +8,7 @@ Metric: t_eager / t_ModelNew, both timed by the trusted judge on the same fresh 
 L2 flushed, interleaved round by round, medians; ``torch.compile``'s time is reported beside it
 when the problem asks for it. A program that is wrong on any of the judge's input distributions
 scores nothing (stages.py). KernelBench's ``fast_p`` over a set of problems is computed from the
-best program of each problem's job (services/read_models/kernelbench.py).
+best program of each problem's job (results.py).
 
 Cascade: the source rules (any CPU worker), then the judge on a device. Mutations for the
 simulated proposer (mutations.py) recognise common operator patterns in the forward and propose
