@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from codevolve.core.export import BestProgram, ExportRefused
 from codevolve.core.job import Job
-from codevolve.core.plugin import BUNDLE_PREFIX
 from codevolve.core.program import Program
 from codevolve.program_db import repository
 from codevolve.program_db.errors import UnknownJobError
+from codevolve.services.read_models.results import StoredResults
 
 PAGE = 200  # programs read per query
 
@@ -23,16 +23,9 @@ async def get_job(session: AsyncSession, job_id: str) -> Job:
     return job
 
 
-class JobRecords:
-    """One job's records, read in ``session`` when an exporter asks for them."""
-
-    def __init__(self, session: AsyncSession, job: Job) -> None:
-        self._session = session
-        self._job = job
-
-    @property
-    def job(self) -> Job:
-        return self._job
+class JobRecords(StoredResults):
+    """One job's records, read in ``session`` when an exporter asks for them (a results page's
+    records, read_models/results.py, and the programs)."""
 
     async def best(self) -> BestProgram:
         """The job's confirmed best (``job.best_program_id``); ExportRefused when it has none."""
@@ -58,10 +51,3 @@ class JobRecords:
             if len(page) < PAGE:
                 return
             offset += PAGE
-
-    async def bundle_files(self) -> Mapping[str, bytes] | None:
-        problem = self._job.config.problem
-        if not problem.startswith(BUNDLE_PREFIX):
-            return None
-        bundle = await repository.get_bundle(self._session, problem)
-        return None if bundle is None else bundle.files
