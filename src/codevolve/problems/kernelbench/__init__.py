@@ -16,13 +16,14 @@ from codevolve.core.export import Exported, Exporter, ExportRecords
 from codevolve.core.plugin import DeviceJob, ProblemPlugin
 from codevolve.core.problem_file import FileSetting, ProblemFile
 from codevolve.core.results import Column, Grid, JobResults, ResultsPage, Row
+from codevolve.problems.kernelbench.defaults import (
+    FAST_P,
+    JUDGE_BASELINES,
+    JUDGE_SEEDS,
+    JUDGE_TRIALS,
+)
 
 NAME = "kernelbench"
-FAST_P = ("0.0", "1.0", "1.5", "2.0")  # the p of fast_p (results.py: FAST_P, as summary keys)
-# The judge's defaults (spec.py: JudgeSettings), here so that the options show them unread.
-JUDGE_SEEDS = 3  # correctness trials per input distribution
-JUDGE_TRIALS = 20  # timed rounds
-JUDGE_BASELINES = ("eager", "compile")  # timed beside each solution
 
 
 async def _export(records: ExportRecords, file: str) -> Exported:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from codevolve.core.results import JobResults, Row
-from codevolve.problems.kernelbench import FAST_P as PAGE_FAST_P
+from codevolve.problems.kernelbench.defaults import FAST_P as PAGE_FAST_P
 from codevolve.problems.kernelbench.spec import SPEC_FILE, spec_of_files
 
 FAST_P = tuple(float(p) for p in PAGE_FAST_P)  # 0, 1, 1.5, 2

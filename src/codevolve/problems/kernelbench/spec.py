@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from codevolve.problems.kernelbench import JUDGE_BASELINES, JUDGE_SEEDS, JUDGE_TRIALS
+from codevolve.problems.kernelbench.defaults import JUDGE_BASELINES, JUDGE_SEEDS, JUDGE_TRIALS
 from codevolve.problems.kernelbench.format import KernelProblemError, read_problem
 
 SPEC_FILE = "kernelbench.json"  # a kernel bundle's settings (problems/openevolve/bundle.py)
