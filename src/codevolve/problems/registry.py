@@ -95,7 +95,7 @@ def check_device_jobs(found: Iterable[ProblemPlugin]) -> None:
 
 def check_claims(found: Iterable[ProblemPlugin]) -> None:
     """PluginError for a problem-file option or a results page two plug-ins claim, or a page's
-    URL segment that is not a lower-case word (``kernelbench``, ``my-problem``)."""
+    URL segment that is not a lower-case word (``results``, ``my-problem``)."""
     owners: dict[str, str] = {}
     for plugin in found:
         claims = []

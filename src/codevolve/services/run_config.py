@@ -172,7 +172,7 @@ def bundle_run_config(
     top; and the warnings about ``config.yaml`` keys that did not carry over. BundleError names
     the key at fault."""
     problem = problem_of(bundle)
-    # A KernelBench bundle has no config.yaml: its settings are the judge's (kernelbench.json).
+    # A format plug-in's bundle (a KernelBench file's) has no config.yaml: its settings are its own.
     folder = problem.config if isinstance(problem, OpenEvolveProblem) else None
     users = config_fields(keys, fields=fields)
     given = merged(dict(folder.run_fields) if folder else {}, users)

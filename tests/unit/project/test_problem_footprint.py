@@ -23,25 +23,15 @@ BUILT_ON = {
     # gemm-kernel-gpu's initial program is gemm-tiling-gpu's evolved kernel (its data file).
     "gemm_tiling_gpu": ("problems/gemm_kernel_gpu/problem.py",),
 }
-# KernelBench's features still in services/ (the set command, its table in the API and the
-# dashboard, `run --kernel-problem`), to route through its plug-in, and the folder route
-# (problems/openevolve), which builds KernelBench bundles from the files users bring.
+# The `kernelbench` set command stays a command of services/ (argparse lives only there); it
+# reaches KernelBench only through its plug-in (problem-file reader, results page). The folder
+# route (problems/openevolve) builds KernelBench bundles from the files users bring.
 SERVICES_EXCEPTIONS = {
     "kernelbench": (
         "problems/openevolve/bundle.py",
         "problems/openevolve/loaded.py",
-        "services/api/app.py",
-        "services/api/queries.py",
-        "services/api/routes/dashboard.py",
-        "services/api/routes/kernelbench.py",
-        "services/api/schemas.py",
-        "services/api/static/dashboard.js",
-        "services/api/templates/base.html",
         "services/cli/__init__.py",
-        "services/cli/kernel_problem.py",
         "services/cli/kernelbench.py",
-        "services/read_models/kernelbench.py",
-        "services/run_config.py",
     ),
 }
 

@@ -1,8 +1,8 @@
 """A problem's results page from the database: each job's records read for the plug-in's row
 builder (core/results.py), one row per owner and case (the newest job's), and the figures.
 
-The page is the plug-in's; this module only reads. ``codevolve kernelbench``, the API
-(``/api/v1/<segment>``) and the dashboard (``/<segment>``) build their rows here.
+The page is the plug-in's; this module only reads. The command line's set command (KernelBench's),
+the API (``/api/v1/<segment>``) and the dashboard (``/<segment>``) build their rows here.
 """
 
 from __future__ import annotations
