@@ -1,5 +1,5 @@
 """The repository's run data and its lab stay small and accounted for (docs/decisions.md, "Run data
-lives in data/ under a cap" and "bench/ measures; the tuner stays there"): data/ under its cap with
+lives in data/ under a cap" and "bench/ measures; nothing there ships"): data/ under its cap with
 every file named in data/README.md, the stored gemm-kernel-gpu programs still valid programs and
 their sweeps readable; bench/ under a megabyte, scripts only, each named in bench/README.md, and
 no test reaching into it."""
