@@ -36,9 +36,9 @@ as the harness does it, or as named):
   many programs as pieces, at most one per SM) and with the launcher's own share (pieces that
   start inside tiles, one program per SM), beside ``tma_persistent``'s whole tiles, on
   70B_tp8.qkv M=768 and M=1536 in 128x128 (4 warps) and 128x256 (8 warps) tiles.
-- **cublas**: which kernels does cuBLAS run for each selection shape (train and validation)?
-  Their names (torch.profiler) carry the tile, the cluster shape and any split or stream-K
-  scheme; our sweep's fastest launch on the same shape is what they are read beside.
+- **cublas**: which kernels does cuBLAS run for each selection shape (gemm-tiling's train and
+  validation shapes)? Their names (torch.profiler) carry the tile, the cluster shape and any
+  split or stream-K scheme.
 
 Our own kernel variants are imported from their text (variants/<name>.txt), trusted here.
 """
@@ -58,7 +58,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from codevolve.evaluator_workers.gpu.source_loader import LoadError, SourceModules
-from codevolve.problems.gemm_kernel_gpu.kernel_source import variant_source
+from codevolve.problems.gemm_kernel_gpu.kernel_source import VARIANTS, variant_source
+from codevolve.problems.gemm_tiling.shapes import train_shapes, validation_shapes
 
 PRELUDE = "import math\nimport torch\nimport triton\nimport triton.language as tl\n"
 SHAPES = {  # key: (M, N, K)
@@ -251,6 +252,12 @@ WIDE_LAUNCHES: tuple[tuple[str, tuple[int, ...]], ...] = (
 WIDE_PROBED = ("tma", "tma_persistent", "tma_wide", "tma_persistent_wide", "tma_wide_split")
 
 
+def tile_width(name: str, params: tuple[int, ...]) -> int:
+    """A launch's tile extent along N: block_n, plus extra_n for the two-dot wide variants."""
+    names = VARIANTS[name].params
+    return params[1] + (params[names.index("extra_n")] if "extra_n" in names else 0)
+
+
 def compiled_facts(kernel: Any) -> list[dict[str, Any]]:
     """Registers, spills and shared memory of each compiled version of a Triton kernel (empty
     where this Triton keeps its cache elsewhere)."""
@@ -270,7 +277,6 @@ def compiled_facts(kernel: Any) -> list[dict[str, Any]]:
 
 
 def probe_wide(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict[str, Any]]:
-    from gpu_kernel_tune import tile_width  # (bench/, beside this script)
     from triton.compiler.errors import CompilationError
     from triton.runtime.errors import OutOfResources
 
@@ -288,7 +294,7 @@ def probe_wide(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[dict
             except refused as error:  # a launch this GPU refuses is a finding, not a stop
                 rows.append({"shape": key, "what": f"{name} {params}", "error": str(error)[:300]})
                 continue
-            tiles = -(-m // params[0]) * -(-n // tile_width((name, params)))
+            tiles = -(-m // params[0]) * -(-n // tile_width(name, params))
             rows.append({
                 "shape": key, "what": f"{name} {params}", "us": us, "tiles": tiles,
                 "tflops": 2 * m * n * k / us / 1e6,
@@ -448,11 +454,11 @@ def probe_pieces(clock: Clock, modules: dict[str, Any], num_sms: int) -> list[di
 def probe_cublas() -> list[dict[str, Any]]:
     """The CUDA kernels torch.matmul runs for each selection shape, in launch order."""
     import torch
-    from gpu_kernel_tune import selection_shapes, shape_key  # (bench/, beside this script)
     from torch.profiler import ProfilerActivity, profile
 
     rows: list[dict[str, Any]] = []
-    for shape in selection_shapes():
+    selection = sorted(train_shapes() + validation_shapes(), key=lambda s: (s.projection, s.m))
+    for shape in selection:
         x, w, _, _ = operands((shape.m, shape.n, shape.k))
         cublas(x, w)  # the first call picks and loads the kernels: not what is timed
         torch.cuda.synchronize()
@@ -460,7 +466,7 @@ def probe_cublas() -> list[dict[str, Any]]:
             cublas(x, w)
             torch.cuda.synchronize()
         kernels = [e.name for e in prof.events() if str(e.device_type).endswith("CUDA")]
-        rows.append({"shape": shape_key(shape), "kernels": kernels})
+        rows.append({"shape": f"{shape.projection} M={shape.m}", "kernels": kernels})
     return rows
 
 

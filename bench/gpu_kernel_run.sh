@@ -1,24 +1,14 @@
 #!/usr/bin/env bash
 # gemm-kernel-gpu steps on the GPU machine; outputs land in $OUT (default ./gpu-out). Usage:
-#   bash bench/gpu_kernel_run.sh STEP...   with STEP in setup tests probe variants tune evolve pause evaluate
+#   bash bench/gpu_kernel_run.sh STEP...   with STEP in setup tests probe variants evolve pause evaluate
 # tests: the GPU harness tests (TESTS_K=EXPR: only those pytest -k selects).
 # probe: single kernels timed alone (bench/gpu_kernel_probe.py: K splits of mid-size tiles, and
 #   the L2's state after the flush; the kernels cuBLAS runs per selection shape).
 #   PROBE_SECTIONS="cublas": only those sections.
 # setup installs the wheels of .whl/ (carried; see bench/gpu_device_run.sh for the download).
 # variants: every kernel variant per regime (bench/gpu_kernel.py variants).
-# tune: every candidate launch on every train and validation shape (bench/gpu_kernel_tune.py
-#   sweep, TUNE_S seconds at most, default 330), then the program composed from it: $OUT/tuned.txt;
-#   with TUNE_WITH (earlier sweep reports), the one composed from all of them averaged instead:
-#   $OUT/tuned_merged.txt (sweep.json holds what tuned.txt would: compose it from there; a device
-#   run returns 8 files at most). TUNE_ONLY="70B_tp8.qkv;8B.qkv" sweeps only the shapes whose keys hold
-#   one of those parts (then only tuned_merged.txt is composed, and only with TUNE_WITH);
-#   TUNE_MAX_M=16 only the shapes with M <= 16 (the same).
-#   TUNE_HELDOUT=1 sweeps the 44 test shapes instead, into $OUT/sweep_heldout.json, and composes
-#   nothing: `gpu_kernel_tune.py selection` reads it (how much of the test split's gap is the
-#   choice of launch); compose refuses it.
-#   TUNE_FRESH="persistent_stream_k": variants changed since the TUNE_WITH sweeps, whose times
-#   count from this sweep alone.
+# tune: retired with bench/gpu_kernel_tune.py (git show 1faea2f:bench/gpu_kernel_tune.py;
+#   docs/results-gpu-kernel.md, "How the shipped programs were built"): fails with one line.
 # evolve: `codevolve run gemm-kernel-gpu` for EVOLVE_WALL_S seconds (default 240), seed SEED; with
 #   RESUME=JOB it continues that job from $DB (default $OUT/kernel_evolve.sqlite); the best
 #   program goes to $OUT/kernel_evolved_best.py.
@@ -30,6 +20,12 @@
 #   all 88 shapes, 30 samples (bench/gpu_kernel.py evaluate). Measured programs are stored as
 #   .txt: they are data (the sources measured), not modules of this repository.
 set -u
+case " $* " in
+  *" tune "*)  # before any step runs: a call that asks for it does nothing
+    echo "gpu_kernel_run.sh: step 'tune' is retired with bench/gpu_kernel_tune.py (git show 1faea2f:bench/gpu_kernel_tune.py)" >&2
+    exit 2
+    ;;
+esac
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD/src:$PWD TRITON_CACHE_DIR=/tmp/triton-cache
@@ -57,25 +53,6 @@ for step in "$@"; do
     variants)
       timeout 400 python3 bench/gpu_kernel.py variants --out "$OUT/variants.json" \
         --program "$OUT/composed.py" 2>&1 | tee "$OUT/variants.log"
-      ;;
-    tune)
-      if [ -n "${TUNE_HELDOUT:-}" ]; then
-        timeout "${TUNE_S:-330}" python3 bench/gpu_kernel_tune.py sweep --heldout \
-          --out "$OUT/sweep_heldout.json" --samples "${TUNE_SAMPLES:-5}" --jobs "${TUNE_JOBS:-14}" \
-          2>&1 | tee "$OUT/sweep_heldout.log" | tail -50
-        continue
-      fi
-      timeout "${TUNE_S:-330}" python3 bench/gpu_kernel_tune.py sweep --out "$OUT/sweep.json" \
-        --samples "${TUNE_SAMPLES:-5}" --jobs "${TUNE_JOBS:-14}" --only "${TUNE_ONLY:-}" \
-        --max-m "${TUNE_MAX_M:-0}" 2>&1 \
-        | tee "$OUT/sweep.log" | tail -40
-      if [ -z "${TUNE_ONLY:-}${TUNE_MAX_M:-}${TUNE_WITH:-}" ]; then  # every shape swept, alone
-        python3 bench/gpu_kernel_tune.py compose --sweep "$OUT/sweep.json" --program "$OUT/tuned.txt"
-      fi
-      if [ -n "${TUNE_WITH:-}" ]; then  # earlier sweep reports to average this one with
-        python3 bench/gpu_kernel_tune.py compose --sweep $TUNE_WITH "$OUT/sweep.json" \
-          --program "$OUT/tuned_merged.txt" --fresh ${TUNE_FRESH:-} | tail -1
-      fi
       ;;
     evolve)
       # A GPU evaluation that compiles a new kernel variant takes up to ~90 s: the run finishes
@@ -112,8 +89,6 @@ for step in "$@"; do
       programs=(src/codevolve/problems/gemm_kernel_gpu/initial_program.txt
         ${EVAL_PROGRAMS:-data/gemm_kernel_gpu/*.txt})
       [ -s "$OUT/kernel_evolved_best.py" ] && programs+=("$OUT/kernel_evolved_best.py")
-      [ -s "$OUT/tuned.txt" ] && programs+=("$OUT/tuned.txt")
-      [ -s "$OUT/tuned_merged.txt" ] && programs+=("$OUT/tuned_merged.txt")
       timeout 300 python3 bench/gpu_kernel.py evaluate "${programs[@]}" --samples 30 \
         --seed ${SEED_EVAL:-2} --flush "${EVAL_FLUSH:-dirty}" --out "$OUT/kernel_evaluate.json" 2>&1 | tee "$OUT/kernel_evaluate.log"
       ;;
