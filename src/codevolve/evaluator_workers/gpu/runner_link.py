@@ -46,6 +46,7 @@ RUNNER_MODULE = "codevolve.evaluator_workers.gpu.runner"
 HEADER_BYTES = 4
 MAX_REPLY = 4 << 20  # bytes of one reply
 START_TIMEOUT_S = 180.0
+STOP_WAIT_S = 2.0  # for every thread of a paused runner's processes to be seen stopped
 RUNNER_UID_BASE = 230_000  # runners' uids, when the judge runs as root (the CPU sandbox's are
 RUNNER_UIDS = 256  # below 65,536)
 PASSED_ENV = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "TRITON_INTERPRET", "TRITON_PTXAS_PATH")
@@ -194,6 +195,7 @@ class Runner:
             theirs.close()
         self.ready_reply: dict[str, Any] | None = None
         self._sent = 0  # requests sent: each reply names the one it answers
+        self._stopped: set[int] = set()  # the processes pause() stopped, resume() continues
 
     @property
     def pid(self) -> int:
@@ -291,10 +293,36 @@ class Runner:
         return b"".join(chunks)
 
     def pause(self) -> None:
-        os.kill(self.pid, signal.SIGSTOP)
+        """Stop every process of the runner (SIGSTOP) and wait until every thread of each is
+        seen stopped: a child it forked maps the arena too. As root that is every process of
+        its uid; otherwise its process group (a child in a session of its own escapes)."""
+        deadline = time.monotonic() + STOP_WAIT_S
+        while True:
+            new = [pid for pid in self._members() if pid not in self._stopped]
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGSTOP)
+            self._stopped.update(new)
+            if (not new and all(_all_stopped(pid) for pid in self._stopped)) or (
+                time.monotonic() > deadline
+            ):
+                return
+            time.sleep(0.0002)
 
     def resume(self) -> None:
-        os.kill(self.pid, signal.SIGCONT)
+        """Continue the processes :meth:`pause` stopped (none of them could fork meanwhile)."""
+        stopped, self._stopped = self._stopped or {self.pid}, set()
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGCONT)
+
+    def _members(self) -> set[int]:
+        """The runner and its processes: as root every process of its uid, else its group."""
+        members = {self.pid}
+        for name in _listdir("/proc"):
+            if name.isdigit() and _belongs(int(name), self.uid, self.pid):
+                members.add(int(name))
+        return members
 
     def end(self) -> None:
         """Kill the runner's group and, as root, every process of its uid; reap; clean up."""
@@ -434,6 +462,35 @@ def _environment(scratch: str, device: str) -> dict[str, str]:
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     return env
+
+
+def _belongs(pid: int, uid: int | None, group: int) -> bool:
+    """Whether process ``pid`` runs as ``uid`` (where the runner has one) or, without one, is
+    in process group ``group``."""
+    try:
+        if uid is None:
+            with open(f"/proc/{pid}/stat") as stat:
+                return int(stat.read().rsplit(") ", 1)[1].split()[2]) == group
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1]) == uid
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def _all_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped (or it has ended)."""
+    folder = f"/proc/{pid}/task"
+    for task in _listdir(folder):
+        try:
+            with open(os.path.join(folder, task, "stat")) as stat:
+                if stat.read().rsplit(") ", 1)[1][:1] not in "tTZX":
+                    return False
+        except (OSError, IndexError):
+            continue
+    return True
 
 
 def _kill_uid(uid: int) -> None:

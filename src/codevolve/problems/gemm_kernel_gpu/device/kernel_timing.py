@@ -3,11 +3,12 @@
 A timed batch is ``K`` calls, each on an input set of its own in the judge's arena
 (:class:`Batch`):
 
-1. with the runner stopped (SIGSTOP, every thread of it), the judge draws fresh values into every
-   set (normal distribution, one secret seed per set and batch), poisons every output and the
-   workspace with NaN and, on CUDA, flushes the L2 (a buffer of at least twice the L2 written)
-   and waits for the device. No set is used twice in a batch, and each was last touched before
-   the flush: every call reads its operands from memory, as the old per-launch flush had them;
+1. with the runner stopped (SIGSTOP, every thread of every process of it), the judge draws
+   fresh values into every set (normal distribution, one secret seed per set and batch),
+   poisons every output and the workspace with NaN and, on CUDA, flushes the L2 (a buffer of
+   at least twice the L2 written) and waits for the device. No set is used twice in a batch,
+   and each was last touched before the flush: every call reads its operands from memory, as
+   the old per-launch flush had them;
 2. it sends ``kernel.go``, reads ``time.perf_counter()``, continues the runner, and reads the
    clock again when the answer arrives; the runner has made its ``K`` calls (one CUDA graph
    replay where its launches could be captured, eager calls otherwise) and waited for its device;
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import random
 import time
 from dataclasses import dataclass
@@ -51,7 +51,6 @@ from codevolve.problems.gemm_tiling.gpu_timing import Shape
 ARENA_CAP = {"cuda": 8 << 30, "cpu": 1 << 30}  # bytes of one shape's batch of input sets
 CHECKED_ROWS = 4  # rows of every timed output compared with the judge's own product
 FLUSH_MIN_BYTES = 256 << 20
-STOP_WAIT_S = 2.0  # for every thread of a stopped runner to be seen stopped
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,29 +95,9 @@ def _flush_buffer() -> torch.Tensor:
 
 
 def stop(remote: Remote) -> None:
-    """Stop the runner and wait until every thread of it is seen stopped."""
-    runner = remote.runner
-    if not runner.alive():
-        return
-    runner.pause()
-    deadline = time.monotonic() + STOP_WAIT_S
-    folder = f"/proc/{runner.pid}/task"
-    while time.monotonic() < deadline:
-        try:
-            states = [_state(os.path.join(folder, task)) for task in os.listdir(folder)]
-        except OSError:
-            return
-        if all(s in "tTZX" for s in states):
-            return
-        time.sleep(0.0005)
-
-
-def _state(task: str) -> str:
-    try:
-        with open(os.path.join(task, "stat")) as stat:
-            return stat.read().rsplit(") ", 1)[1][:1]
-    except (OSError, IndexError):
-        return "X"
+    """Stop the runner, every process of it, and wait until each thread is seen stopped."""
+    if remote.runner.alive():
+        remote.runner.pause()
 
 
 def ask_stopped(remote: Remote, message: dict[str, Any]) -> tuple[dict[str, Any], float]:
