@@ -260,7 +260,7 @@ class Runner:
             raise RunnerGone(f"a runner's reply of {size} bytes is over the limit")
         try:
             reply = json.loads(self._read(size, deadline))
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
             self.end()
             raise RunnerGone("a runner's reply is not JSON") from None
         if not isinstance(reply, dict):
