@@ -116,9 +116,13 @@ class Remote:
     def output(self, data: Any, slots: list[torch.Tensor]) -> Any:
         """The output a runner described: its tensors read from the arena's slots or, on CUDA,
         from the runner's memory. A tensor it could not deliver is an empty tensor on the
-        ``meta`` device with the shape and dtype it reported (compare names the mismatch)."""
+        ``meta`` device with the shape and dtype it reported (compare names the mismatch).
+        The n-th tensor of the output is read from the n-th slot only: a description that names
+        another slot (one written tensor claimed for two outputs) delivers nothing."""
+        count = iter(range(1 << 30))
 
         def tensor(spec: dict[str, Any]) -> torch.Tensor:
+            position = next(count)
             if spec.get("type") not in ("Tensor", "Parameter"):
                 raise CandidateProblem(
                     f"{self.who} returned a {str(spec.get('type'))[:60]}, not a tensor"
@@ -128,7 +132,7 @@ class Remote:
             if "ipc" in spec and self.imports is not None:
                 return self.imports.tensor(spec).clone()
             index = spec.get("slot")
-            if type(index) is int and 0 <= index < len(slots):
+            if type(index) is int and index == position and index < len(slots):
                 return slots[index]
             return _meta(spec)
 
