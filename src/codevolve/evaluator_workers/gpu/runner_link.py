@@ -8,9 +8,10 @@ its scratch folder is removed. Nothing a runner did survives into the next judgi
 
 A runner's replies are size-capped JSON read with a deadline; a runner that breaks the protocol,
 dies or overruns is ended and reported as :class:`RunnerGone`. :meth:`Runner.pause` and
-:meth:`Runner.resume` stop and continue its whole process (SIGSTOP/SIGCONT): the judge stages
-inputs for a timed batch while the runner is stopped, so no thread of it can see them before the
-clock starts.
+:meth:`Runner.resume` stop and continue every process of it (SIGSTOP/SIGCONT; as root every
+process of its uid, so a child it forked too): the judge stages inputs for a timed batch and reads
+its outputs while the runner is stopped, so no thread of it sees them before the clock starts or
+writes them after it stopped.
 
 Imported only in the device process (stdlib, no torch).
 """
