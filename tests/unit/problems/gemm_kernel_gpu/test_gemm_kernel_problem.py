@@ -19,7 +19,7 @@ from codevolve.problems.gemm_kernel_gpu.kernel_source import (
     apply_hunks,
     initial_program,
 )
-from codevolve.problems.gemm_kernel_gpu.mutations import MAX_PROGRAM_CHARS, rules_of
+from codevolve.problems.gemm_kernel_gpu.dispatch_rules import MAX_PROGRAM_CHARS, rules_of
 from codevolve.problems.gemm_kernel_gpu.problem import gemm_kernel_gpu_problem
 from codevolve.problems.gemm_kernel_gpu.stages import (
     RAGGED_SHAPES,
