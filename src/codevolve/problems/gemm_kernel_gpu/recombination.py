@@ -164,7 +164,7 @@ def measured_table(parent: ProgramView, inspirations: Sequence[ProgramView]) -> 
         own = _parent_ratio(mine.get(bucket, []))
         lines += [
             f"- {bucket.label()}: `if {bucket.test(sms)}:`",
-            f"  best `{best.launch.call}`: {best.ratio:.3f} over {best.shapes} shapes "
+            f"  best `{best.launch.call}`: {best.ratio:.3f} over {_shapes(best.shapes)} "
             f"({source}); current program {own}",
         ]
     return "\n".join(lines)
@@ -175,7 +175,11 @@ def _parent_ratio(candidates: list[Candidate]) -> str:
         return "not measured here"
     shapes = sum(c.shapes for c in candidates)
     log_sum = sum(c.shapes * math.log(c.ratio) for c in candidates)
-    return f"{math.exp(log_sum / shapes):.3f} over {shapes} shapes"
+    return f"{math.exp(log_sum / shapes):.3f} over {_shapes(shapes)}"
+
+
+def _shapes(count: int) -> str:
+    return f"{count} shape" if count == 1 else f"{count} shapes"
 
 
 def recombine(
