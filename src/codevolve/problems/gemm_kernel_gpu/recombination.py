@@ -17,6 +17,7 @@ default ``max_code_length``; a bucket whose best does not fit takes its next bes
 from __future__ import annotations
 
 import ast
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from codevolve.core.diff import Hunk, unique_line_hunk
+from codevolve.core.program import CaseResult
 from codevolve.core.prompt import ProgramView, Prompt
 from codevolve.problems.gemm_kernel_gpu.dispatch_rules import MAX_PROGRAM_CHARS
 from codevolve.problems.gemm_kernel_gpu.kernel_source import (
@@ -47,6 +49,7 @@ from codevolve.problems.gemm_tiling.rule_program import parse_shape
 
 _LAUNCHERS = {variant.launcher: variant for variant in VARIANTS.values()}
 TILED_HELPERS = ("def launch_tiled(", "def GemmConfig(")  # what the plain variant calls
+MEASURED_PROGRAMS = 256  # programs whose measured launches are kept read
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +99,20 @@ def launch_of(text: str) -> Launch | None:
 def measurements(view: ProgramView, program: int) -> list[Measurement]:
     """The program's measured launch per shape of its cases; none where its source is outside
     the form launches.py reads."""
+    return [
+        Measurement(shape, launch, ratio, program)
+        for shape, launch, ratio in _measured(view.source, view.cases)
+    ]
+
+
+@functools.lru_cache(maxsize=MEASURED_PROGRAMS)
+def _measured(
+    source: str, cases: tuple[CaseResult, ...]
+) -> tuple[tuple[Shape, Launch, float], ...]:
+    """Read once per program: parents and inspirations recur from prompt to prompt, and reading
+    a dispatch for every shape takes tens of milliseconds."""
     ratios: dict[Shape, float] = {}
-    for case in view.cases:
+    for case in cases:
         shape = parse_shape(case.key)
         try:
             ratio = float(case.detail)
@@ -105,15 +120,15 @@ def measurements(view: ProgramView, program: int) -> list[Measurement]:
             continue
         if shape is not None and math.isfinite(ratio) and ratio > 0:
             ratios[shape] = ratio
-    keys = launch_keys(view.source, list(ratios)) if ratios else None
+    keys = launch_keys(source, list(ratios)) if ratios else None
     if keys is None:
-        return []
-    found = []
-    for shape, ratio in ratios.items():
-        launch = launch_of(keys[shape].launch)
-        if launch is not None:
-            found.append(Measurement(shape, launch, ratio, program))
-    return found
+        return ()
+    launches = {shape: launch_of(keys[shape].launch) for shape in ratios}
+    return tuple(
+        (shape, launch, ratio)
+        for shape, ratio in ratios.items()
+        if (launch := launches[shape]) is not None
+    )
 
 
 def ranked(views: Sequence[ProgramView], sms: int) -> dict[Bucket, list[Candidate]]:

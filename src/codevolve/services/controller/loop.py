@@ -231,6 +231,9 @@ class Controller:
                 await self._parents.changed.wait()
         parent_view = self._parents.view(sample.parent)
         inspirations = [self._parents.view(p) for p in sample.inspirations]
+        notes = ""
+        if self._renders_prompts:  # a problem's notes may read every program shown: off the loop
+            notes = await asyncio.to_thread(self._problem.prompt_notes, parent_view, inspirations)
         prompt = build_prompt(
             job_id=self._job.id,
             problem=self._problem.name,
@@ -243,11 +246,7 @@ class Controller:
             rng=rng,
             styles=self._ledger.styles,
             render=self._renders_prompts,
-            notes=(
-                self._problem.prompt_notes(parent_view, inspirations)
-                if self._renders_prompts
-                else ""
-            ),
+            notes=notes,
         )
         settled = await self._pool.settle(prompt, rng)
         retries = DUPLICATE_RETRIES if self._proposer.cpu_bound else 0
