@@ -87,7 +87,7 @@ async def test_the_controller_writes_fresh_timings_and_sends_them_with_gpu_tasks
     from codevolve.core.program import Evaluation, ProgramStatus, StageResult
     from codevolve.core.task import Task
     from codevolve.problems.gemm_kernel_gpu.kernel_source import initial_program
-    from codevolve.problems.gemm_kernel_gpu.problem import GemmKernelGpuProblem
+    from codevolve.problems.gemm_kernel_gpu.problem import gemm_kernel_gpu_problem
     from codevolve.program_db.job_store import JobStore
     from codevolve.services.controller.launch_reuse import (
         keys_of,
@@ -96,7 +96,7 @@ async def test_the_controller_writes_fresh_timings_and_sends_them_with_gpu_tasks
     )
     from tests.integration.conftest import run_config
 
-    problem = GemmKernelGpuProblem()
+    problem = gemm_kernel_gpu_problem()
     keys_fn = keys_of(problem)
     assert keys_fn is not None
     keys = keys_fn(initial_program())

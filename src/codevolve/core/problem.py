@@ -18,7 +18,7 @@ import numpy as np
 
 from codevolve.core.diff import Diff, Hunk
 from codevolve.core.program import Program, StageResult
-from codevolve.core.prompt import Prompt
+from codevolve.core.prompt import ProgramView, Prompt
 from codevolve.core.pysource import check_parses, parse_python
 
 # Metric of a problem that selects on more shapes or cases than its train split (validation
@@ -254,6 +254,11 @@ class Problem(Protocol):
         """Reference scores for the final report; may be empty."""
         ...
 
+    def prompt_notes(self, parent: ProgramView, inspirations: Sequence[ProgramView]) -> str:
+        """What the problem adds to the prompt for this parent and these inspirations (a table
+        read from their measurements); "" for none."""
+        ...
+
 
 def _no_mutations() -> Sequence[Mutation]:
     return ()
@@ -263,11 +268,17 @@ def _no_baselines() -> Sequence[Baseline]:
     return ()
 
 
+def _no_notes(parent: ProgramView, inspirations: Sequence[ProgramView]) -> str:
+    del parent, inspirations
+    return ""
+
+
 @dataclass(frozen=True, slots=True)
 class ProblemSpec:
     """A problem as one frozen value, with the shape of :class:`Problem`: the parts every
     built-in problem names. ``domain_mutations`` and ``reference_baselines`` are called when a
-    run asks for them (they may import a module or compute tables)."""
+    run asks for them (they may import a module or compute tables); ``notes`` when a prompt is
+    rendered."""
 
     name: str
     description: str
@@ -276,9 +287,13 @@ class ProblemSpec:
     features: tuple[FeatureSpec, ...]
     domain_mutations: Callable[[], Sequence[Mutation]] = _no_mutations
     reference_baselines: Callable[[], Sequence[Baseline]] = _no_baselines
+    notes: Callable[[ProgramView, Sequence[ProgramView]], str] = _no_notes
 
     def mutations(self) -> Sequence[Mutation]:
         return self.domain_mutations()
 
     def baselines(self) -> Sequence[Baseline]:
         return self.reference_baselines()
+
+    def prompt_notes(self, parent: ProgramView, inspirations: Sequence[ProgramView]) -> str:
+        return self.notes(parent, inspirations)

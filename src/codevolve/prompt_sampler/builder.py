@@ -96,11 +96,13 @@ def build_prompt(
     max_feedback_cases: int = 8,
     styles: StyleSampler | None = None,
     render: bool = True,
+    notes: str = "",
 ) -> Prompt:
     """The prompt for one proposal; equal generator states (and style statistics) give equal
     prompts. Without ``render`` the text is left empty (for a proposer that reads only the
     structured fields, when prompts are not stored); the generator draws and the variant are
-    the same either way."""
+    the same either way. ``notes`` is the problem's own section (its prompt_notes), shown
+    after the middle sections."""
     if max_feedback_cases < 0:
         raise PromptSamplerError(f"max_feedback_cases must be >= 0, got {max_feedback_cases}")
     task_index = int(rng.integers(len(TASK_LINES)))
@@ -126,6 +128,7 @@ def build_prompt(
             f"# {problem}\n\n{task}",
             f"## Problem\n\n{context.strip()}",
             *(middle[name] for name in order),
+            notes.strip(),
             _rewrite_section(editable) if style == "rewrite" else _format_section(editable),
         ]
         text = "\n\n".join(section for section in sections if section) + "\n"

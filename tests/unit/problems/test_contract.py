@@ -135,6 +135,14 @@ def test_the_plugin_builds_the_problem_it_names(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_the_prompt_notes_on_an_unmeasured_program_are_text(name: str) -> None:
+    problem = registry.get_problem(name)
+    parent = ProgramView(id="p", source=problem.initial_program, score=None)
+    notes = problem.prompt_notes(parent, [parent])
+    assert isinstance(notes, str) and "Traceback" not in notes
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_the_features_are_well_formed(name: str) -> None:
     features = registry.get_problem(name).features
     assert len({f.name for f in features}) == len(features)

@@ -106,6 +106,14 @@ def variant_source(name: str) -> str:
     return (resources.files(__package__) / "variants" / f"{name}.txt").read_text()
 
 
+def variant_lines(name: str, source: str) -> list[str]:
+    """The variant's lines as inserted into ``source``: without the imports ``source`` already
+    has (a name bound twice would hide the program's launches from launches.py)."""
+    held = {line for line in source.split("\n") if line.startswith(("import ", "from "))}
+    lines = variant_source(name).rstrip("\n").split("\n")
+    return [line for line in lines if line not in held]
+
+
 def evolve_region(source: str) -> tuple[int, int] | None:
     """Line indices ``[first, stop)`` strictly inside the EVOLVE markers, or None."""
     lines = source.split("\n")
@@ -159,7 +167,7 @@ def add_rule(
     hunks.append(rule_hunk)
     if variant.launcher not in defined_functions(tree):
         def_line = entry.lineno - 1 - len(entry.decorator_list)
-        code = variant_source(variant.name).rstrip("\n").split("\n")
+        code = variant_lines(variant.name, source)
         insert = unique_line_hunk(
             source,
             start=def_line,

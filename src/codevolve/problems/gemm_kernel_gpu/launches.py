@@ -84,6 +84,8 @@ class _Reader:
             raise Unproven("no matmul")
         self.rules, self.default = _dispatch(entry, PARAMS)
         self.hashes: dict[str, str] = {}
+        # per config function: its rules and default, read once (not once per shape)
+        self.configs: dict[str, tuple[list[tuple[ast.expr, _Launch]], _Launch]] = {}
 
     def keys(self, shapes: Iterable[Shape]) -> dict[Shape, LaunchKey]:
         return {shape: self.key(shape) for shape in shapes}
@@ -111,7 +113,9 @@ class _Reader:
         function = self.defs.get(call.func.id)
         if not isinstance(function, ast.FunctionDef):
             raise Unproven("the config function is not a module-level function")
-        rules, default = _dispatch(function, ("M", "N", "K"), bindings=frozenset())
+        if function.name not in self.configs:
+            self.configs[function.name] = _dispatch(function, ("M", "N", "K"), bindings=frozenset())
+        rules, default = self.configs[function.name]
         chosen = next((lw for test, lw in rules if _truth(test, names)), default)
         ints = [
             a.value for a in chosen.args if isinstance(a, ast.Constant) and type(a.value) is int

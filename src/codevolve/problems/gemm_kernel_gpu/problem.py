@@ -17,7 +17,11 @@ shapes checked, six shapes timed; a child keeps 90 % of its parent's probe score
 shapes. The candidate's module is loaded, compiled and launched in a caged runner of the GPU
 worker's device process; the judge there owns inputs, outputs, workspace and clocks
 (device/kernel_judge.py). Mutations (mutations.py) add and tune kernel variants
-per regime and keep gemm-tiling's rule mutations for the tiled kernel's configs.
+per regime, propose the launch families a tuner sweeps and rules on shape features
+(tuner_moves.py), recombine the best launches measured per feature bucket (recombination.py),
+and keep gemm-tiling's rule mutations for the tiled kernel's configs. The prompt carries the
+same per-bucket table of measured launches. The search starts from the initial program: no
+launch found by an earlier run is seeded.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 
 from codevolve.core.launch_store import LaunchKey
 from codevolve.core.problem import FeatureSpec, Mutation, ProblemSpec, SourceCheckStage
+from codevolve.core.prompt import ProgramView
 from codevolve.problems.gemm_kernel_gpu.kernel_source import initial_program
 from codevolve.problems.gemm_kernel_gpu.launches import launch_keys
 from codevolve.problems.gemm_kernel_gpu.stages import GpuKernelStage, full_stage, probe_stage
@@ -80,7 +85,15 @@ def gemm_kernel_gpu_problem() -> GemmKernelGpuProblem:
         stages=(SourceCheckStage(check_source), probe_stage(), full_stage()),
         features=FEATURES,
         domain_mutations=_mutations,
+        notes=_notes,
     )
+
+
+def _notes(parent: ProgramView, inspirations: Sequence[ProgramView]) -> str:
+    """The prompt's table: per shape-feature bucket, the best launch measured (recombination.py)."""
+    from codevolve.problems.gemm_kernel_gpu.recombination import measured_table
+
+    return measured_table(parent, inspirations)
 
 
 def _mutations() -> Sequence[Mutation]:

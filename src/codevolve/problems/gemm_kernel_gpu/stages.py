@@ -30,6 +30,7 @@ from codevolve.core.problem import TRAIN_SCORE, Candidate, Threshold
 from codevolve.core.program import CaseResult, StageResult
 from codevolve.problems.gemm_kernel_gpu import stored
 from codevolve.problems.gemm_kernel_gpu.launches import launch_keys
+from codevolve.problems.gemm_kernel_gpu.shape_features import SMS_METRIC
 from codevolve.problems.gemm_tiling.baselines import geomean
 from codevolve.problems.gemm_tiling.shapes import GemmShape, probe_shapes, tiling_split
 
@@ -165,6 +166,8 @@ class GpuKernelStage:
             if values:
                 metrics[f"vs_cublas_{regime}"] = features[f"{regime}_vs_cublas"] = geomean(values)
         metrics["worst_vs_cublas"] = min(r for _, r, _ in mine)
+        if isinstance(info.get("sms"), int):
+            metrics[SMS_METRIC] = float(info["sms"])  # what the tuner's moves fill (shape_features)
         held = {}
         if self.heldout:
             test = ratios[scored:]

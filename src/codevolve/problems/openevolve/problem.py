@@ -34,6 +34,7 @@ from codevolve.core.problem import (
     Threshold,
 )
 from codevolve.core.program import StageResult
+from codevolve.core.prompt import ProgramView
 from codevolve.core.similarity import Tokens, code_tokens, distance_feature
 from codevolve.problems.openevolve.bundle import EVALUATOR, Bundle, evaluator_functions
 from codevolve.problems.openevolve.config import COMPLEXITY, DIVERSITY, BundleConfig, read_config
@@ -288,6 +289,10 @@ class OpenEvolveProblem:
 
     def mutations(self) -> Sequence[Mutation]:
         return ()  # the generic mutations apply; a bundle brings no domain ones
+
+    def prompt_notes(self, parent: ProgramView, inspirations: Sequence[ProgramView]) -> str:
+        del parent, inspirations
+        return ""  # the bundle's system message is all the context it brings
 
     def baselines(self) -> Sequence[Baseline]:
         return ()

@@ -229,18 +229,24 @@ class Controller:
                     return
                 self._parents.changed.clear()
                 await self._parents.changed.wait()
+        parent_view = self._parents.view(sample.parent)
+        inspirations = [self._parents.view(p) for p in sample.inspirations]
+        notes = ""
+        if self._renders_prompts:  # a problem's notes may read every program shown: off the loop
+            notes = await asyncio.to_thread(self._problem.prompt_notes, parent_view, inspirations)
         prompt = build_prompt(
             job_id=self._job.id,
             problem=self._problem.name,
             context=self._problem.description,
             proposal_index=index,
             island=island,
-            parent=self._parents.view(sample.parent),
-            inspirations=[self._parents.view(p) for p in sample.inspirations],
+            parent=parent_view,
+            inspirations=inspirations,
             best_cases=best_cases,
             rng=rng,
             styles=self._ledger.styles,
             render=self._renders_prompts,
+            notes=notes,
         )
         settled = await self._pool.settle(prompt, rng)
         retries = DUPLICATE_RETRIES if self._proposer.cpu_bound else 0

@@ -12,6 +12,7 @@ from codevolve.core.device import GPU, DeviceReply, capability_of
 from codevolve.core.problem import JSONValue, SourceCheckStage
 from codevolve.core.program import CaseResult
 from codevolve.core.prompt import ProgramView, Prompt
+from codevolve.problems.gemm_kernel_gpu.dispatch_rules import MAX_PROGRAM_CHARS, rules_of
 from codevolve.problems.gemm_kernel_gpu.kernel_source import (
     REGIME_TESTS,
     VARIANTS,
@@ -19,7 +20,6 @@ from codevolve.problems.gemm_kernel_gpu.kernel_source import (
     apply_hunks,
     initial_program,
 )
-from codevolve.problems.gemm_kernel_gpu.mutations import MAX_PROGRAM_CHARS, rules_of
 from codevolve.problems.gemm_kernel_gpu.problem import gemm_kernel_gpu_problem
 from codevolve.problems.gemm_kernel_gpu.stages import (
     RAGGED_SHAPES,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from codevolve.core.config import RunConfig
 from codevolve.core.job import JobState, ProgramCounts
+from codevolve.core.problem import Problem
 from codevolve.evaluator_workers.local_queue import LocalQueue
 from codevolve.evaluator_workers.sandbox import SandboxPool
 from codevolve.evaluator_workers.worker import run_worker
@@ -20,16 +21,22 @@ RUN_TIMEOUT_S = 60.0  # a run that hangs (a leaked slot) fails here instead of f
 
 
 async def run_job(
-    tmp_path: Path, queue: LocalQueue, config: RunConfig, *, proposal_processes: int = 0
+    tmp_path: Path,
+    queue: LocalQueue,
+    config: RunConfig,
+    *,
+    proposal_processes: int = 0,
+    problem: Problem | None = None,
 ) -> tuple[JobState, ProgramCounts, Controller]:
     """Run the job to its end with one worker loop; returns its state, program counts and the
-    controller (for its progress counters and its job's id)."""
+    controller (for its progress counters and its job's id). ``problem`` stands in for the
+    config's problem in the controller (the worker evaluates the config's)."""
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'run.sqlite'}")
     await upgrade(engine)
     sessions = session_factory(engine)
     async with sessions.begin() as session:
         job = await repository.create_job(session, config)
-    problem = cached_problem(config.problem)
+    problem = problem or cached_problem(config.problem)
     stop = asyncio.Event()
     try:
         with SandboxPool(size=1) as pool:
