@@ -113,7 +113,10 @@ async def test_an_llm_run_improves_gemm_and_records_prompts_answers_tokens_and_c
 
     report = result.report
     assert result.state.value == "done" and report["proposals"] == 40
-    assert report["train"]["evolved"] > 1.01  # the expert rule scores 1.0; 1.04 seen
+    # The expert rule scores 1.0, and answers that do not apply leave it there. Each answer
+    # special-cases one of the 187 train shapes, so 40 proposals move the geomean by about 1 %
+    # (1.0098 seen; 1.04 on the old 44-shape train split).
+    assert report["train"]["evolved"] > 1.005
     assert "feedback" in fake.kinds and "explore" in fake.kinds
     assert report["tokens_in"] == 40 * 2000 and report["tokens_out"] == 40 * 100
     per_call = {"fast": (2000 * 0.5 + 100 * 2.0) / 1e6, "strong": (2000 * 3 + 100 * 15) / 1e6}
