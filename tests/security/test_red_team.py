@@ -280,6 +280,24 @@ def test_a_reply_nested_thousands_deep_fails_the_candidate_not_the_judge(
     assert "not JSON" in reply["problem"], reply
 
 
+READY_REPLY = """
+def forge():
+    os = mod("os")
+    body = SYS.modules["json"].dumps({"ready": True}).encode()
+    os.write(own_socket(), B.len(body).to_bytes(4, "big") + body)
+    mod("time").sleep(0.5)
+"""
+
+
+def test_a_ready_sent_again_mid_judging_fails_the_candidate(judges: Judges) -> None:
+    # A runner says ready once, before any request: a second "ready" would answer the judge's
+    # request without naming it, and shift every later reply by one.
+    forward = "def forward(self, x):\n    forge()\n    return torch.relu(x)\n"
+    reply = judges.judge(RELU, _model_new(forward, top=READY_REPLY))
+    assert not reply["correct"], reply
+    assert "does not answer the judge's last request" in reply["problem"], reply
+
+
 def test_one_written_tensor_claimed_for_both_outputs_delivers_the_second_unwritten(
     judges: Judges,
 ) -> None:

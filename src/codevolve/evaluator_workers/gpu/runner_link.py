@@ -270,7 +270,8 @@ class Runner:
         if "fault" in reply:
             self.end()
             raise RunnerGone(f"the runner failed: {str(reply['fault'])[-1500:]}")
-        if reply.get("id") != self._sent and not reply.get("ready"):
+        starting = self._sent == 0 and self.ready_reply is None  # only a new runner says ready
+        if reply.get("id") != self._sent and not (starting and reply.get("ready")):
             self.end()
             raise RunnerGone("a runner's reply does not answer the judge's last request")
         if select.select([self._sock], [], [], 0)[0] and self.alive():
