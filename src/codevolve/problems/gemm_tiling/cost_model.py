@@ -39,6 +39,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from codevolve.problems.gemm_tiling import space as space_module
 from codevolve.problems.gemm_tiling.shapes import GemmShape, all_shapes, validation_shapes
 from codevolve.problems.gemm_tiling.space import (
     BYTES_PER_ELEMENT,
@@ -48,6 +49,7 @@ from codevolve.problems.gemm_tiling.space import (
     GemmConfig,
     config_space,
 )
+from codevolve.problems.gemm_tiling.table_cache import cached_table
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -117,14 +119,21 @@ def paired_times(shapes: tuple[GemmShape, ...], configs: ConfigArrays) -> FloatA
 @functools.cache
 def time_table() -> FloatArray:
     """Model times (microseconds), shape (583, 6000): rows as :func:`all_shapes`, columns
-    as :func:`~codevolve.problems.gemm_tiling.space.all_configs`. Computed once per process."""
-    return times_of(all_shapes())
+    as :func:`~codevolve.problems.gemm_tiling.space.all_configs`. Computed once per process, or
+    read from the table cache (table_cache.py)."""
+    return _cached("times", all_shapes())
 
 
 @functools.cache
 def validation_time_table() -> FloatArray:
     """The same for the validation shapes, shape (408, 6000), rows as :func:`validation_shapes`."""
-    return times_of(validation_shapes())
+    return _cached("validation_times", validation_shapes())
+
+
+def _cached(name: str, shapes: Sequence[GemmShape]) -> FloatArray:
+    dims = [(s.m, s.n, s.k) for s in shapes]
+    sources = (__file__, str(space_module.__file__))  # the model and the config space
+    return cached_table(name, dims, len(config_space()), lambda: times_of(shapes), sources)
 
 
 def times_of(shapes: Sequence[GemmShape]) -> FloatArray:
