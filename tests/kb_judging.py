@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +40,55 @@ class Judges:
             loader=self.loader,
             runners=self.runners if self.rules else self.loose,
         )
+
+
+# What a hostile KernelBench candidate starts with: the real builtins and any module, reached
+# through torch (the loader's cut table is a filter too), and the runner's own socket.
+HOSTILE_PRELUDE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+SYS = torch.sys
+B = SYS.modules["builtins"]  # the real builtins: the loader's table is a filter too
+
+
+def mod(name):
+    return SYS.modules.get(name) or SYS.modules["importlib"].import_module(name)
+
+
+def own_socket():
+    os = mod("os")
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if "socket" in os.readlink(f"/proc/self/fd/{fd}"):
+                return int(fd)
+        except B.OSError:
+            pass
+    raise RuntimeError("no socket found")
+
+
+"""
+RELU = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.rand(16, 64)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def hostile_model_new(forward: str, *, top: str = "", init: str = "", prelude: str = "") -> str:
+    """A ``ModelNew`` with ``forward`` (and ``init``) after the hostile prelude and ``top``."""
+    body = textwrap.indent(textwrap.dedent(forward), "    ")
+    if init:
+        body = textwrap.indent(textwrap.dedent(init), "    ") + "\n" + body
+    head = HOSTILE_PRELUDE + prelude + textwrap.dedent(top)
+    return head + "\nclass ModelNew(nn.Module):\n" + body

@@ -11,7 +11,6 @@ line of its message as the reply's ``problem``.
 from __future__ import annotations
 
 import os
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,48 +20,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.kb_judging import Judges  # noqa: E402
+from tests.kb_judging import RELU, Judges, hostile_model_new  # noqa: E402
 
-PRELUDE = """
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-SYS = torch.sys
-B = SYS.modules["builtins"]  # the real builtins: the loader's table is a filter too
-
-
-def mod(name):
-    return SYS.modules.get(name) or SYS.modules["importlib"].import_module(name)
-
-
-def own_socket():
-    os = mod("os")
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if "socket" in os.readlink(f"/proc/self/fd/{fd}"):
-                return int(fd)
-        except B.OSError:
-            pass
-    raise RuntimeError("no socket found")
-
-
-"""
-
-RELU = """
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    return [torch.rand(16, 64)]
-
-def get_init_inputs():
-    return []
-"""
 MATMUL = """
 import torch
 import torch.nn as nn
@@ -91,10 +50,7 @@ def judges(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judges]:
 
 
 def _candidate(forward: str, *, top: str = "", init: str = "") -> str:
-    body = textwrap.indent(textwrap.dedent(forward), "    ")
-    if init:
-        body = textwrap.indent(textwrap.dedent(init), "    ") + "\n" + body
-    return PRELUDE + textwrap.dedent(top) + "\nclass ModelNew(nn.Module):\n" + body
+    return hostile_model_new(forward, top=top, init=init)
 
 
 def _found(reply: dict[str, Any]) -> str:

@@ -13,7 +13,6 @@ judge reports the first line of its message as the checked shape's problem.
 from __future__ import annotations
 
 import os
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,38 +22,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.kernel_judging import HONEST, KernelJudges  # noqa: E402
+from tests.kernel_judging import HONEST, KernelJudges, hostile_launch  # noqa: E402
 
-PRELUDE = """
-def _torch(t):
-    return t.__class__.__torch_function__.__func__.__globals__["torch"]
-
-
-def mod(t, name):
-    modules = _torch(t).sys.modules
-    return modules.get(name) or modules["importlib"].import_module(name)
-
-
-def builtin(t, name):
-    return getattr_of(_torch(t).sys.modules["builtins"], name)
-
-
-def getattr_of(owner, name):
-    return owner.__dict__[name] if name in owner.__dict__ else owner.__getattribute__(name)
-
-
-def own_socket(t):
-    os = mod(t, "os")
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if "socket" in os.readlink(f"/proc/self/fd/{fd}"):
-                return int(fd)
-        except builtin(t, "OSError"):
-            pass
-    raise ValueError("no socket found")
-
-
-"""
 SECRET = "codevolve-judge-secret-71c2"
 SHAPE = (8, 32, 64)
 
@@ -70,10 +39,7 @@ def judges() -> Iterator[KernelJudges]:
 
 
 def _candidate(body: str, *, top: str = "") -> str:
-    function = "def matmul(x, w, y, workspace, num_sms):\n" + textwrap.indent(
-        textwrap.dedent(body), "    "
-    )
-    return PRELUDE + textwrap.dedent(top) + "\n" + function
+    return hostile_launch(body, top=top)
 
 
 def _problem(reply: dict[str, Any]) -> str:

@@ -12,7 +12,6 @@ tensor could be claimed for two outputs of a tuple.
 from __future__ import annotations
 
 import os
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,21 +21,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.kb_judging import Judges  # noqa: E402
-from tests.kernel_judging import KernelJudges  # noqa: E402
+from tests.kb_judging import RELU, Judges, hostile_model_new  # noqa: E402
+from tests.kernel_judging import KernelJudges, hostile_launch  # noqa: E402
 
-KB_PRELUDE = """
-import torch
-import torch.nn as nn
-
-SYS = torch.sys
-B = SYS.modules["builtins"]
-
-
-def mod(name):
-    return SYS.modules.get(name) or SYS.modules["importlib"].import_module(name)
-
-
+KB_EXTRA = """
 def frame_of(name):
     f = SYS._getframe()
     while f is not None and f.f_code.co_name != name:
@@ -44,36 +32,11 @@ def frame_of(name):
     return f
 
 
-def own_socket():
-    os = mod("os")
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if "socket" in os.readlink(f"/proc/self/fd/{fd}"):
-                return int(fd)
-        except B.OSError:
-            pass
-    raise RuntimeError("no socket found")
-
-
 def timed():
     # A timed batch calls the model without the checked call's operator recorder.
     return frame_of("go").f_locals.get("recorder") is None
 
 
-"""
-RELU = """
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    return [torch.rand(16, 64)]
-
-def get_init_inputs():
-    return []
 """
 # As RELU, but the reference spends a few milliseconds per call: a timed batch holds one call
 # and the judge's check of it takes that long.
@@ -163,8 +126,7 @@ def kernels() -> Iterator[KernelJudges]:
 
 
 def _model_new(forward: str, *, top: str = "") -> str:
-    body = textwrap.indent(textwrap.dedent(forward), "    ")
-    return KB_PRELUDE + textwrap.dedent(top) + "\nclass ModelNew(nn.Module):\n" + body
+    return hostile_model_new(forward, top=top, prelude=KB_EXTRA)
 
 
 def _wrong(reply: dict[str, Any]) -> str:
@@ -418,20 +380,7 @@ def test_writing_the_machines_shared_memory_folder_is_refused(judges: Judges) ->
 
 # -- gemm-kernel-gpu ---------------------------------------------------------------------------
 
-GEMM_PRELUDE = """
-def _torch(t):
-    return t.__class__.__torch_function__.__func__.__globals__["torch"]
-
-
-def mod(t, name):
-    modules = _torch(t).sys.modules
-    return modules.get(name) or modules["importlib"].import_module(name)
-
-
-def builtin(t, name):
-    return _torch(t).sys.modules["builtins"].__dict__[name]
-
-
+GEMM_EXTRA = """
 def rounds_of(t):
     f = _torch(t).sys._getframe()
     while f is not None and f.f_code.co_name != "_calls":
@@ -443,10 +392,7 @@ def rounds_of(t):
 
 
 def _launch(body: str, *, top: str = "") -> str:
-    function = "def matmul(x, w, y, workspace, num_sms):\n" + textwrap.indent(
-        textwrap.dedent(body), "    "
-    )
-    return GEMM_PRELUDE + textwrap.dedent(top) + "\n" + function
+    return hostile_launch(body, top=top, prelude=GEMM_EXTRA)
 
 
 def _timing(reply: dict[str, Any]) -> dict[str, Any]:
