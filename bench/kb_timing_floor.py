@@ -6,11 +6,13 @@ within 5 % of an in-process CUDA-event timing.
 For ReLU on n float32 elements (n from 2^12 to 2^26) it judges a candidate that is the reference
 itself (``kb_jobs.judge_job``: the candidate in its runner, the reference in another, the
 judge's clock), then times the same batch in this process (the batch size the judge chose, each
-call on its own input, after the same L2 flush, median over the same number of batches) three
+call on its own input, after the same L2 flush, median over the same number of batches) four
 ways: CUDA events around bare ``torch.relu`` calls, CUDA events around calls of an ``nn.Module``
-(the per-call Python a KernelBench program pays), and the host clock around that batch and a
-synchronisation. It prints the per-call medians and the judge's ratio to each; the floor is the
-smallest n from which every ratio stays within 5 %. Quoted by docs/security.md.
+(the per-call Python a KernelBench program pays), the host clock around that batch and a
+synchronisation, and the host clock around the runner role's own timed step run here (what the
+runner does inside the judge's window, without the process boundary). It prints the per-call
+medians and the judge's ratio to each; the floor is the smallest n from which every ratio stays
+within 5 %. Quoted by docs/security.md.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import time
 
 import torch
 
+from codevolve.evaluator_workers.gpu.runner_role import RoleContext
 from codevolve.problems.kernelbench.device import kb_jobs
+from codevolve.problems.kernelbench.device.kb_role import ModelRole
 
 
 def reference(n: int) -> str:
@@ -61,12 +65,33 @@ def in_process_ms(n: int, batch: int, trials: int) -> tuple[float, float, float]
     return tuple(statistics.median(t[2:]) for t in (bare, called, host))  # type: ignore[return-value]
 
 
+def in_role_ms(n: int, batch: int, trials: int) -> float:
+    """Per-call median of the runner's own timed step, run in this process: the role's ``go``
+    (the calls, the device synchronisation and the outputs' description) around the same batch,
+    host clock. The judge's figure minus this one is what the process boundary costs (a signal,
+    two messages, the judge's wake-up)."""
+    context = RoleContext(arena=None, device="cuda", scratch="/tmp", rules=True)
+    role = ModelRole(torch.nn.ReLU, context, trusted=True)
+    role.model = torch.nn.ReLU()
+    role.staged = [([torch.rand(n, device="cuda")], []) for _ in range(batch)]
+    flush = torch.empty(256 << 18, dtype=torch.int32, device="cuda")
+    times = []
+    for _ in range(trials + 2):
+        flush.zero_()
+        torch.cuda.synchronize()
+        mark = time.perf_counter()
+        role.go({})
+        times.append((time.perf_counter() - mark) * 1e3 / batch)
+        role.kept = []
+    return statistics.median(times[2:])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=20)
     args = parser.parse_args()
     columns = ("n", "batch", "judge cand", "judge eager", "in relu", "in Model", "in host",
-               "cand/relu", "cand/Model", "cand/host")  # fmt: skip
+               "in role", "cand/relu", "cand/Model", "cand/host", "cand/role")  # fmt: skip
     print(" ".join(f"{c:>11}" for c in columns))
     for power in range(12, 27, 2):
         n = 1 << power
@@ -84,9 +109,10 @@ def main() -> None:
         timing = reply["timing"]
         assert reply["correct"] and timing, reply
         relu, called, host = in_process_ms(n, timing["batch"], args.trials)
+        role = in_role_ms(n, timing["batch"], args.trials)
         cand, eager = timing["candidate_ms"], timing["eager_ms"]
-        row = [n, timing["batch"], *(f"{v:.4f}" for v in (cand, eager, relu, called, host))]
-        row += [f"{cand / v:.3f}" for v in (relu, called, host)]
+        row = [n, timing["batch"], *(f"{v:.4f}" for v in (cand, eager, relu, called, host, role))]
+        row += [f"{cand / v:.3f}" for v in (relu, called, host, role)]
         print(" ".join(f"{v:>11}" for v in row), flush=True)
     kb_jobs.shutdown()
 
