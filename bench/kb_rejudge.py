@@ -37,7 +37,9 @@ def main() -> None:
     results = []
     for row in rows:
         path = Path(args.kb_dir) / f"{row['problem']}.py"
-        if not path.exists() or time.monotonic() - started > args.budget:
+        if not path.exists() or not row.get("best_source"):
+            continue  # no reference file here, or the run kept no program for it
+        if time.monotonic() - started > args.budget:
             continue
         mark = time.monotonic()
         reply = kb_jobs.judge_job(

@@ -24,6 +24,7 @@ import time
 import torch
 
 from codevolve.evaluator_workers.gpu.runner_role import RoleContext
+from codevolve.evaluator_workers.gpu.shared_tensors import ALIGN, Arena
 from codevolve.problems.kernelbench.device import kb_jobs
 from codevolve.problems.kernelbench.device.kb_role import ModelRole
 
@@ -65,15 +66,23 @@ def in_process_ms(n: int, batch: int, trials: int) -> tuple[float, float, float]
     return tuple(statistics.median(t[2:]) for t in (bare, called, host))  # type: ignore[return-value]
 
 
-def in_role_ms(n: int, batch: int, trials: int) -> float:
+def in_role_ms(n: int, batch: int, trials: int, *, arena: bool = False) -> float:
     """Per-call median of the runner's own timed step, run in this process: the role's ``go``
     (the calls, the device synchronisation and the outputs' description) around the same batch,
     host clock. The judge's figure minus this one is what the process boundary costs (a signal,
-    two messages, the judge's wake-up)."""
+    two messages, the judge's wake-up). ``arena``: the inputs in a judge's arena (driver-allocated
+    memory, as the runner reads them) rather than torch's allocator."""
     context = RoleContext(arena=None, device="cuda", scratch="/tmp", rules=True)
     role = ModelRole(torch.nn.ReLU, context, trusted=True)
     role.model = torch.nn.ReLU()
-    role.staged = [([torch.rand(n, device="cuda")], []) for _ in range(batch)]
+    inputs = [torch.rand(n, device="cuda") for _ in range(batch)]
+    if arena:
+        held = Arena.create(batch * (n * 4 + ALIGN), "cuda")
+        placed = [held.place(x)[0] for x in inputs]
+        for slot, x in zip(placed, inputs, strict=True):
+            slot.copy_(x)
+        inputs = placed
+    role.staged = [([x], []) for x in inputs]
     flush = torch.empty(256 << 18, dtype=torch.int32, device="cuda")
     times = []
     for _ in range(trials + 2):
@@ -89,11 +98,14 @@ def in_role_ms(n: int, batch: int, trials: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--powers", default="12-26", help="n = 2**p for p in this range, step 2")
     args = parser.parse_args()
     columns = ("n", "batch", "judge cand", "judge eager", "in relu", "in Model", "in host",
-               "in role", "cand/relu", "cand/Model", "cand/host", "cand/role")  # fmt: skip
+               "in role", "in arena", "cand/relu", "cand/Model", "cand/host",
+               "cand/role")  # fmt: skip
     print(" ".join(f"{c:>11}" for c in columns))
-    for power in range(12, 27, 2):
+    low, high = (int(p) for p in args.powers.split("-"))
+    for power in range(low, high + 1, 2):
         n = 1 << power
         ref = reference(n)
         candidate = ref.replace("class Model(", "class ModelNew(").split("def get_inputs")[0]
@@ -110,8 +122,10 @@ def main() -> None:
         assert reply["correct"] and timing, reply
         relu, called, host = in_process_ms(n, timing["batch"], args.trials)
         role = in_role_ms(n, timing["batch"], args.trials)
+        in_arena = in_role_ms(n, timing["batch"], args.trials, arena=True)
         cand, eager = timing["candidate_ms"], timing["eager_ms"]
-        row = [n, timing["batch"], *(f"{v:.4f}" for v in (cand, eager, relu, called, host, role))]
+        figures = (cand, eager, relu, called, host, role, in_arena)
+        row = [n, timing["batch"], *(f"{v:.4f}" for v in figures)]
         row += [f"{cand / v:.3f}" for v in (relu, called, host, role)]
         print(" ".join(f"{v:>11}" for v in row), flush=True)
     kb_jobs.shutdown()

@@ -91,6 +91,20 @@ def test_a_triton_candidate_passes_in_its_own_process_and_is_timed(pools: dict[s
     print("isolation:", reply["isolation"], "timing:", timing)
 
 
+def test_the_references_own_computation_passes_when_the_reference_is_slow(
+    pools: dict[str, Any],
+) -> None:
+    """The judge's reference call (milliseconds here) is still running on its stream when the
+    next inputs are staged behind it: the runner, in another CUDA context, must still read the
+    new values (without the judge's wait it read the previous round's: every element wrong)."""
+    slow = _reference(
+        "torch.matmul(xs[0], xs[1])", "[torch.randn(4096, 4096), torch.randn(4096, 4096)]"
+    )
+    same = _candidate("def forward(self, a, b):\n    return torch.matmul(a, b)\n")
+    reply = _judge(pools, slow, same, time=False)
+    assert reply["correct"], reply
+
+
 def test_zeros_for_a_matrix_product_are_wrong(pools: dict[str, Any]) -> None:
     reply = _judge(
         pools, MATMUL, _candidate("def forward(self, a, b):\n    return a @ b * 0\n"), time=False

@@ -87,7 +87,10 @@ class Remote:
         return reply
 
     def stage(self, values: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-        """Copy ``values`` into the arena: their descriptions, and the staged values."""
+        """Copy ``values`` into the arena: their descriptions, and the staged values. On CUDA
+        it waits for the copies: the runner reads the arena from another CUDA context, which
+        nothing orders after this process's stream (without the wait a runner asked at once
+        reads the arena's previous values)."""
         staged: list[Any] = []
 
         def place(tensor: torch.Tensor) -> dict[str, Any]:
@@ -97,6 +100,8 @@ class Remote:
             return spec
 
         encoded = [encode(value, place) for value in values]
+        if self.device == "cuda" and staged:
+            torch.cuda.synchronize()
         resolved = iter(staged)
         return encoded, [_rebuild(value, resolved) for value in values]
 

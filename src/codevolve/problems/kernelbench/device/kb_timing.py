@@ -262,9 +262,11 @@ def time_session(session: Session) -> dict[str, Any]:
 class _ReferenceRunners:
     """Runners that time references, kept across judgings: each holds one reference, built
     under one seed, with its own arena, and never a candidate. Reusing them spares a process
-    start per judging; the few most recent are kept."""
+    start per judging; the few most recent are kept, fewer on a GPU whose memory runs short
+    (each holds its arena and its last batch's outputs: gigabytes on large problems)."""
 
     KEEP = 4
+    FREE_SHARE = 0.5  # on CUDA, older runners end while less than this share of memory is free
 
     def __init__(self) -> None:
         self._remotes: dict[tuple[Any, ...], Remote] = {}
@@ -279,10 +281,14 @@ class _ReferenceRunners:
         )
         remote = self._remotes.pop(key, None)
         if remote is None or not remote.runner.alive():
+            if remote is not None:
+                remote.close(arena=True)
+            while self._remotes and (
+                len(self._remotes) >= self.KEEP or _memory_short(session.device, self.FREE_SHARE)
+            ):
+                self._remotes.pop(next(iter(self._remotes))).close(arena=True)
             remote = self._start(session)
         self._remotes[key] = remote  # the most recent last
-        while len(self._remotes) > self.KEEP:
-            self._remotes.pop(next(iter(self._remotes))).close(arena=True)
         return remote
 
     def _start(self, session: Session) -> Remote:
@@ -307,6 +313,14 @@ class _ReferenceRunners:
     def close(self) -> None:
         while self._remotes:
             self._remotes.popitem()[1].close(arena=True)
+
+
+def _memory_short(device: str, share: float) -> bool:
+    """Whether less than ``share`` of the GPU's memory is free (never on the CPU)."""
+    if device != "cuda":
+        return False
+    free, total = torch.cuda.mem_get_info()
+    return free < share * total
 
 
 REFERENCE_RUNNERS = _ReferenceRunners()
