@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from codevolve.problems.kernelbench.calls import dotted
-from codevolve.problems.kernelbench.convs import Conv, match_conv
+from codevolve.problems.kernelbench.convs import Conv, match_conv, with_groups
 from codevolve.problems.kernelbench.elementwise import Elementwise, match_elementwise
 from codevolve.problems.kernelbench.forward import (
     Forward,
@@ -148,6 +148,8 @@ def recognise(tree: ast.Module) -> Recognised | None:
             params = getattr(pattern, "params", ())
             if any(_reads(source, built) for source in params):
                 return None
+            if isinstance(pattern, Conv):  # which templates fit: the groups as written
+                pattern = with_groups(pattern, calls[pattern.module])
             return Recognised(signature, pattern)
     return None
 
