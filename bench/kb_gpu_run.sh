@@ -5,7 +5,8 @@
 # - setup: bench/gpu_device_run.sh's (the wheels of .whl/ into /tmp/site; see that script).
 # - tests: tests/gpu plus the KernelBench judge's tests, on the GPU, under timeout
 #   $KB_TESTS_TIMEOUT seconds (default 300).
-# - templates: bench/kb_templates_gpu.py (every template and rewrite against eager).
+# - templates: bench/kb_templates_gpu.py (every template and rewrite against eager; $KB_TEMPLATES_ARGS
+#   passed on, e.g. "-k conv"), under timeout $KB_TEMPLATES_TIMEOUT seconds (default 200).
 # - set: `codevolve kernelbench` over $KB_DIR (default .kb: a KernelBench checkout's files, level1/
 #   inside; not in the repository), problems $KB_PROBLEMS, $KB_PROPOSALS proposals each, eager
 #   baseline, into the database $KB_DB (default $OUT/kb.sqlite; name a carried copy to continue a
@@ -31,7 +32,7 @@ for step in "$@"; do
         2>&1 | tee "$OUT/gpu_tests.log" | tail -15
       ;;
     templates)
-      timeout ${KB_TEMPLATES_TIMEOUT:-200} python3 bench/kb_templates_gpu.py 2>&1 \
+      timeout ${KB_TEMPLATES_TIMEOUT:-200} python3 bench/kb_templates_gpu.py ${KB_TEMPLATES_ARGS:-} 2>&1 \
         | tee "$OUT/templates.log"
       ;;
     set)

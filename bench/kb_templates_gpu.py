@@ -9,7 +9,10 @@ CUDA events (median of --reps calls after warm-up). One line per case:
 
     PASS  softmax  template  (4096, 32768) float32  max|err| 3.0e-09  eager 1.1 ms  new 0.9 ms  1.21x
 
-and a summary. Exits 1 if any child is wrong or fails to run, 0 otherwise.
+and a summary. Exits 1 if any child is wrong or fails to run, 0 otherwise. A pattern with several
+templates (a convolution) has each built and timed, labelled ``template:<name>``. fp32 computes in
+fp32 here as in the judge (TF32 off for cuDNN and cuBLAS); a child that switches cuDNN's
+algorithm search on has it for its own calls only.
 
     python3 bench/kb_templates_gpu.py                 # all cases on cuda
     python3 bench/kb_templates_gpu.py -k softmax cumsum
@@ -40,7 +43,9 @@ import torch
 
 from codevolve.core.diff import Applied
 from codevolve.core.prompt import ProgramView, Prompt
+from codevolve.problems.kernelbench.device.kb_precision import fp32_in_fp32
 from codevolve.problems.kernelbench.mutations import kernel_mutations
+from codevolve.problems.kernelbench.template_text import MARKER
 from codevolve.prompt_sampler.search_replace import apply_answer
 
 HEAD = '''"""KernelBench-style problem {name}."""
@@ -107,7 +112,11 @@ def cases(s: int) -> list[Case]:
     def matrices(name: str, body: str, make: Inputs, **kw: Any) -> Case:
         return Case(name, "A, B", body, make, **kw)
 
+    def conv(name: str, module: str, make: Inputs) -> Case:
+        return Case(name, "x", "return self.conv(x)", make, init_body=f"self.conv = {module}")
+
     n = d(4096)
+    side = 224 if s == 1 else 48  # problem 50's images, smaller in the interpreter
     return [
         elementwise("swish", "return x * torch.sigmoid(x)"),
         elementwise(
@@ -252,6 +261,19 @@ def cases(s: int) -> list[Case]:
             "return torch.tril(torch.matmul(A, B))",
             lambda r: [torch.tril(r(n, n)), torch.tril(r(n, n))],
         ),
+        # convolutions (Level-1 problems' shapes): every template of each is built and timed
+        conv("conv2d_3x3", "nn.Conv2d(64, 128, 3)", lambda r: [r(d(8), 64, d(512), d(1024))]),  # 55
+        conv(
+            "conv2d_dilated",
+            "nn.Conv2d(32, 64, (5, 9), padding=(2, 4), dilation=(2, 3), bias=False)",
+            lambda r: [r(d(8), 32, max(48, d(512)), max(48, d(512)))],
+        ),  # 80
+        conv("conv2d_11x11_s4", "nn.Conv2d(3, 96, 11, stride=4, padding=2)", lambda r: [r(d(256), 3, side, side)]),  # 50
+        conv("conv2d_pointwise", "nn.Conv2d(64, 128, 1, bias=False)", lambda r: [r(d(16), 64, d(1024), d(1024))]),  # 87
+        conv("conv1d_s3_d4", "nn.Conv1d(64, 128, 3, stride=3, dilation=4)", lambda r: [r(d(64), 64, d(524280))]),  # 76
+        conv("conv2d_depthwise", "nn.Conv2d(64, 64, 3, groups=64, bias=False)", lambda r: [r(d(16), 64, d(512), d(512))]),  # 82
+        conv("conv3d", "nn.Conv3d(3, 64, 3)", lambda r: [r(d(16), 3, max(8, d(64)), max(8, d(64)), max(8, d(64)))]),  # 54
+        conv("conv_transposed2d", "nn.ConvTranspose2d(64, 64, 3)", lambda r: [r(d(8), 64, d(1024), d(1024))]),  # 57
     ]  # fmt: skip
 
 
@@ -261,18 +283,27 @@ def class_targets(r: Callable[..., torch.Tensor], rows: int, classes: int) -> to
     return torch.where(r(rows) < 0.1, -100, targets)
 
 
-def child(source: str, kind: str) -> str | None:
-    """The child the ``kind`` mutation makes of ``source``, or None when it does not apply."""
+def children(source: str, kind: str) -> dict[str, str]:
+    """The children the ``kind`` mutation makes of ``source``, by label: ``kind``, or for a
+    pattern with several templates (a convolution) ``template:<name>`` for each; empty when it
+    does not apply."""
     mutation = next(m for m in kernel_mutations() if m.kind == kind)
     parent = ProgramView(id="parent", source=source, score=1.0)
     prompt = Prompt("bench", "kernelbench", 0, 0, parent, (), {}, context="", text="")
-    answer = mutation.propose(prompt, np.random.default_rng(0))
-    if answer is None:
-        return None
-    applied = apply_answer(source, answer)
-    if not isinstance(applied, Applied):
-        raise RuntimeError(f"the {kind} answer did not apply: {applied}")
-    return applied.source
+    found: dict[str, str] = {}
+    for seed in range(40 if kind == "template" else 1):  # a template draw per seed
+        answer = mutation.propose(prompt, np.random.default_rng(seed))
+        if answer is None:
+            return found
+        applied = apply_answer(source, answer)
+        if not isinstance(applied, Applied):
+            raise RuntimeError(f"the {kind} answer did not apply: {applied}")
+        marker = next((ln for ln in applied.source.split("\n") if ln.startswith(MARKER)), "")
+        name = marker.split()[2] if marker else kind
+        found.setdefault(name, applied.source)
+    if len(found) == 1:
+        return {kind: next(iter(found.values()))}
+    return {f"{kind}:{name}": built for name, built in found.items()}
 
 
 def load(source: str, directory: Path, name: str) -> Any:
@@ -308,11 +339,8 @@ def milliseconds(fn: Callable[[], Any], device: str, reps: int) -> float:
 Outcome = tuple[bool, str, float | None]  # correct, the line to print, eager / template time
 
 
-def run_case(case: Case, kind: str, device: str, reps: int, directory: Path) -> Outcome:
+def run_case(case: Case, kind: str, built: str, device: str, reps: int, directory: Path) -> Outcome:
     source = case.source()
-    built = child(source, kind)
-    if built is None:
-        return True, "", None
     generator = torch.Generator(device="cpu").manual_seed(0)
 
     def tensor(*shape: int, signed: bool = False) -> torch.Tensor:
@@ -321,18 +349,26 @@ def run_case(case: Case, kind: str, device: str, reps: int, directory: Path) -> 
 
     inputs = case.inputs(tensor)
     reference = load(source, directory, f"reference_{case.name}").ModelNew(*case.init).to(device)
-    model = load(built, directory, f"{kind}_{case.name}").ModelNew(*case.init).to(device)
+    module = f"{kind.replace(':', '_')}_{case.name}"
+    model = load(built, directory, module).ModelNew(*case.init).to(device)
+    # the child's module may switch cuDNN's algorithm search on (the cuDNN template): its own
+    # calls run with it, eager's without, as in the judge's separate processes
+    search = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = False
     if case.name == "layer_norm":  # affine weights away from 1 and 0, shared by both
         with torch.no_grad():
             for parameter in model.parameters():
                 parameter.copy_(torch.rand_like(parameter))
         reference.load_state_dict(model.state_dict())
+    else:  # one set of weights (a convolution's), in each model's own layout
+        model.load_state_dict(reference.state_dict())
     with torch.no_grad():
         want = reference(*inputs)
-        got = model(*inputs)
         first = next(i for i in inputs if isinstance(i, torch.Tensor))
         shape = f"{tuple(first.shape)} {str(first.dtype).removeprefix('torch.')}"
-        label = f"{case.name:18s} {kind:8s}  {shape:26s}"
+        label = f"{case.name:18s} {kind:24s}  {shape:26s}"
+        torch.backends.cudnn.benchmark = search
+        got = model(*inputs)  # first call: cuDNN's search, if on, happens here
         if got.shape != want.shape or got.dtype != want.dtype:
             return (
                 False,
@@ -343,8 +379,11 @@ def run_case(case: Case, kind: str, device: str, reps: int, directory: Path) -> 
         tol = case.tolerance
         if not torch.allclose(got.float(), want.float(), atol=tol, rtol=tol, equal_nan=True):
             return False, f"FAIL  {label}  max|err| {error:.1e} over atol=rtol={tol:g}", None
+        torch.backends.cudnn.benchmark = False
         eager = milliseconds(lambda: reference(*inputs), device, reps)
+        torch.backends.cudnn.benchmark = search
         new = milliseconds(lambda: model(*inputs), device, reps)
+        torch.backends.cudnn.benchmark = False
     line = f"PASS  {label}  max|err| {error:.1e}  eager {eager:8.3f} ms  new {new:8.3f} ms  "
     return True, line + f"{eager / new:5.2f}x", eager / new
 
@@ -359,6 +398,7 @@ def main() -> int:
     )
     parser.add_argument("--reps", type=int, default=20, help="timed calls per measurement")
     args = parser.parse_args()
+    fp32_in_fp32()  # as the judge computes: no TF32 in cuDNN's convolutions (kb_precision.py)
     device = "cpu" if args.cpu else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: run on a GPU machine, or pass --cpu for the interpreter check")
@@ -376,12 +416,13 @@ def main() -> int:
                 # the interpreter multiplies bf16 bit patterns in tl.dot (triton-lang/triton#11584)
                 print(f"SKIP  {case.name:18s} bf16 tl.dot is wrong in Triton's interpreter")
                 continue
-            for kind in ("template", "rewrite"):
+            built = {**children(case.source(), "template"), **children(case.source(), "rewrite")}
+            for kind, source in built.items():
                 try:
-                    ok, line, speedup = run_case(case, kind, device, reps, Path(tmp))
+                    ok, line, speedup = run_case(case, kind, source, device, reps, Path(tmp))
                 except Exception as error:  # noqa: BLE001 (a broken child is a result, not a stop)
                     ok, speedup = False, None
-                    line = f"FAIL  {case.name:18s} {kind:8s}  raised {type(error).__name__}: "
+                    line = f"FAIL  {case.name:18s} {kind:24s}  raised {type(error).__name__}: "
                     line += str(error)[:300]
                 if line:
                     print(line, flush=True)

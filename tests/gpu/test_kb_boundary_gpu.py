@@ -128,6 +128,53 @@ def test_tf32_switched_on_in_its_process_does_not_reach_the_reference(
     assert not torch.backends.cuda.matmul.allow_tf32
 
 
+CONV = (
+    HEAD
+    + """class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(64, 128, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+def get_inputs():
+    return [torch.rand(8, 64, 64, 64)]
+
+def get_init_inputs():
+    return []
+"""
+)
+CONV_INIT = """
+def __init__(self):
+    super().__init__()
+    self.conv = nn.Conv2d(64, 128, 3, padding=1)
+"""
+
+
+def test_a_convolution_computed_exactly_passes_against_the_fp32_reference(
+    pools: dict[str, Any],
+) -> None:
+    # torch's default lets cuDNN round a convolution's inputs to TF32; the judge switches that
+    # off (kb_precision.py), so the exact answer (fp64, rounded once) is right and TF32 is not.
+    exact = (
+        CONV_INIT
+        + """
+def forward(self, x):
+    c = self.conv
+    return F.conv2d(x.double(), c.weight.double(), c.bias.double(), padding=1).float()
+"""
+    )
+    reply = _judge(pools, CONV, _candidate(exact), time=False)
+    assert reply["correct"], reply
+    print("exact fp64 convolution: max abs error", reply["max_abs_error"])
+    tf32 = CONV_INIT + "\ndef forward(self, x):\n    return self.conv(x)\n"
+    top = "torch.backends.cudnn.allow_tf32 = True\n"
+    reply = _judge(pools, CONV, _candidate(tf32, top), rules=False, time=False)
+    assert not reply["correct"], reply
+    print("TF32 convolution:", reply["verdicts"])
+
+
 HEAVY = """
 def forward(self, a, b):
     out = a @ b

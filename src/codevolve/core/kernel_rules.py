@@ -70,6 +70,13 @@ SWITCH_ATTRIBUTES = (
     "set_per_process_memory_fraction", "knobs", "runtime", "driver",
 )  # fmt: skip
 
+# The one switch a candidate may set: cuDNN's algorithm search (``torch.backends.cudnn.benchmark
+# = ...``: each shape's first call times cuDNN's algorithms and keeps the fastest). It changes
+# which algorithm the candidate's own process runs, never the precision its output is held to;
+# the candidate runs in a process of its own, so the reference never sees it. Only an assignment
+# to exactly this name is taken: any other read or write under ``backends`` is refused.
+ALLOWED_SWITCHES = ("torch.backends.cudnn.benchmark",)
+
 # Modules that torch's own namespaces re-export (``torch.os``, ``torch.sys``, ``F.np``,
 # ``torch.cuda.threading``, ...) and the functions they carry: a way to the OS, the interpreter,
 # files, other threads and processes, attribute access by string, and ``suppress`` (a try/except
@@ -348,6 +355,18 @@ class _CandidateRules(ast.NodeVisitor):
             self.refuse(node, f"rebinds {name!r}, a name an import bound")
         elif name in DENIED_NAMES and not parameter:
             self.refuse(node, f"the name {name!r} is not allowed")
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if len(node.targets) == 1 and self._allowed_switch(node.targets[0]):
+            self.visit(node.value)  # the value is read under every rule; the target is the switch
+            return
+        self.generic_visit(node)
+
+    def _allowed_switch(self, target: ast.expr) -> bool:
+        if not isinstance(target, ast.Attribute):
+            return False
+        module = self._module_of(target.value)
+        return module is not None and f"{module}.{target.attr}" in ALLOWED_SWITCHES
 
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Store | ast.Del):

@@ -125,6 +125,17 @@ def test_the_initial_program_and_a_triton_rewrite_pass(source: str) -> None:
         # Hooks, global switches, compiled code.
         (_candidate("self.register_forward_hook(None)\nreturn x"), "hooks"),
         (_candidate("torch.backends.cuda.matmul.allow_tf32 = True\nreturn x"), "'backends'"),
+        (_candidate("torch.backends.cudnn.allow_tf32 = True\nreturn x"), "'backends'"),
+        (_candidate("torch.backends.cudnn.deterministic = False\nreturn x"), "'backends'"),
+        (_candidate("torch.backends.cudnn.benchmark += 1\nreturn x"), "'backends'"),
+        (_candidate("b = torch.backends.cudnn.benchmark\nreturn x"), "'backends'"),
+        (
+            _candidate(
+                "torch.backends.cudnn.benchmark = torch.backends.cudnn.allow_tf32\nreturn x"
+            ),
+            "'backends'",
+        ),
+        (_candidate("nn.backends.cudnn.benchmark = True\nreturn x"), "'backends'"),
         (_candidate("torch.set_default_dtype(torch.float16)\nreturn x"), "'set_default_dtype'"),
         (_candidate("return torch.compile(F.relu)(x)"), "'compile'"),
         (_candidate("return torch.jit.script(F.relu)(x)"), "'jit'"),
@@ -142,6 +153,21 @@ def test_what_a_candidate_cannot_do(source: str, reason: str) -> None:
     problem = check_model_new(source)
     assert reason in problem, problem
     assert "\n" not in problem
+
+
+def test_cudnn_benchmark_is_the_one_switch_a_candidate_may_set() -> None:
+    # It picks cuDNN's algorithm in the candidate's own process; the precision is the judge's.
+    at_top = (
+        HEADER + "torch.backends.cudnn.benchmark = True\n" + _candidate("return x")[len(HEADER) :]
+    )
+    assert check_model_new(at_top) == ""
+    assert check_model_new(_candidate("torch.backends.cudnn.benchmark = bool(1)\nreturn x")) == ""
+    aliased = "import torch as t\nimport torch.nn as nn\nt.backends.cudnn.benchmark = True\n"
+    assert check_model_new(aliased + _candidate("return x", header="")) == ""
+    both = _candidate(
+        "torch.backends.cudnn.benchmark = torch.backends.cudnn.enabled = True\nreturn x"
+    )
+    assert "'backends'" in check_model_new(both)
 
 
 def test_a_parameter_named_like_a_builtin_is_a_local_but_its_default_is_not() -> None:

@@ -4,7 +4,9 @@
   (:mod:`codevolve.problems.kernelbench.patterns`): the EVOLVE block gets Triton's imports, the
   template's kernels (:mod:`codevolve.problems.kernelbench.templates`) and a forward launching
   them; the parent's forward stays as ``forward_torch``, the fallback for inputs the kernels do
-  not take. A parent that already holds a template is left to ``tune``.
+  not take, and ``__init__`` gets the template's once-only lines, if any. A pattern with several
+  templates (a convolution) gets one of them, drawn at random. A parent that already holds a
+  template is left to ``tune``.
 - ``rewrite``: one pure-torch rewrite of the returned expression
   (:mod:`codevolve.problems.kernelbench.rewrites`: ``torch.diag(a) @ B`` as a broadcast product,
   ``torch.max(x, dim)[0]`` as ``amax``, the cat/narrow exclusive cumsum as ``cumsum(x) - x``, an
@@ -32,7 +34,7 @@ from codevolve.problems.kernelbench.forward import body_statements, method, mode
 from codevolve.problems.kernelbench.patterns import recognise
 from codevolve.problems.kernelbench.rewrites import replace, rewrites
 from codevolve.problems.kernelbench.template_text import FALLBACK_METHOD, IMPORTS, MARKER, TUNE
-from codevolve.problems.kernelbench.templates import template_for
+from codevolve.problems.kernelbench.templates import templates_for
 
 KIND_WEIGHTS = {"template": 3.0, "rewrite": 2.0, "tune": 3.0}
 JUMP_SHARE = 0.25  # how often tune jumps to any listed value instead of a neighbour
@@ -67,8 +69,8 @@ def _holds_template(source: str) -> bool:
 
 
 def template(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | None:
-    """Replace the class ModelNew by the template's module text and a class launching it."""
-    del rng
+    """Replace the class ModelNew by the template's module text and a class launching it (one
+    of the pattern's templates, drawn from ``rng`` where it has several)."""
     cls = model_class(tree)
     found = recognise(tree)
     if cls is None or found is None or _holds_template(source) or method(cls, FALLBACK_METHOD):
@@ -80,13 +82,24 @@ def template(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | 
     region = _region(source, first, stop - 1)
     if region is None:
         return None
-    built = template_for(found.pattern, found.forward)
+    options = templates_for(found.pattern, found.forward)
+    built = options[int(rng.integers(len(options)))] if len(options) > 1 else options[0]
+    init = method(cls, "__init__")
+    if built.init and init is None:
+        return None
     returns = f" -> {found.forward.returns_source}" if found.forward.returns_source else ""
     kept = _lines(lines, forward)
     head = forward.lineno - 1 - _first_line(forward)  # the ``def`` line, after any decorators
     kept[head] = kept[head].replace("def forward(", f"def {FALLBACK_METHOD}(", 1)
     members = [
-        line for node in cls.body if node is not forward for line in [*_lines(lines, node), ""]
+        line
+        for node in cls.body
+        if node is not forward
+        for line in [
+            *_lines(lines, node),
+            *(built.init.split("\n") if node is init and built.init else []),
+            "",
+        ]
     ]
     new = [
         *IMPORTS.rstrip("\n").split("\n"),

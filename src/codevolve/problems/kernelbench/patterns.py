@@ -20,9 +20,9 @@ how, and what it does not recognise; the KernelBench Level-1 problems each cover
   ``nn`` loss modules ``__init__`` builds (read as their functional form, the constructor's
   arguments included).
 - :class:`~codevolve.problems.kernelbench.pools.Pool`: a max- or average-pooling module (41-46).
-- :class:`~codevolve.problems.kernelbench.convs.Conv`: a ``Conv1d`` or ``Conv2d`` module, as a
-  product over unfolded patches (the standard 1-D and 2-D convolutions among 50-87; grouped and
-  depthwise ones fall back when forward runs).
+- :class:`~codevolve.problems.kernelbench.convs.Conv`: a convolution module, ``Conv1d/2d/3d``
+  or ``ConvTranspose1d/2d/3d`` (50, 54-85, 87): an implicit-GEMM or a depthwise Triton kernel
+  and a product over unfolded patches for 1-D and 2-D ones, cuDNN's settings for every form.
 - :class:`~codevolve.problems.kernelbench.elementwise.Elementwise`: a chain of elementwise
   operations over one or two tensors of one shape (5, 19-22, 25-32, 88).
 
@@ -31,10 +31,10 @@ a buffer, a module; ``float(...)``, ``math.sqrt(...)`` and the like give numbers
 the template would pass a tensor as a float. The pure-torch
 rewrites of sub-expressions are in :mod:`codevolve.problems.kernelbench.rewrites`.
 
-Not recognised by any pattern: transposed and 3-D convolutions, attention (97), batch,
-instance and group norms (33-35), argmax/argmin (51, 52), cosine-similarity loss,
+Not recognised by any pattern: a depthwise convolution then a pointwise one (86), attention
+(97), batch, instance and group norms (33-35), argmax/argmin (51, 52), cosine-similarity loss,
 4-D einsum products (11), and any forward that calls a helper function or an ``nn`` module other
-than LayerNorm, CrossEntropyLoss and TripletMarginLoss.
+than LayerNorm, CrossEntropyLoss, TripletMarginLoss and the convolutions.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from codevolve.problems.kernelbench.calls import dotted
-from codevolve.problems.kernelbench.convs import Conv, match_conv
+from codevolve.problems.kernelbench.convs import Conv, match_conv, with_groups
 from codevolve.problems.kernelbench.elementwise import Elementwise, match_elementwise
 from codevolve.problems.kernelbench.forward import (
     Forward,
@@ -148,6 +148,8 @@ def recognise(tree: ast.Module) -> Recognised | None:
             params = getattr(pattern, "params", ())
             if any(_reads(source, built) for source in params):
                 return None
+            if isinstance(pattern, Conv):  # which templates fit: the groups as written
+                pattern = with_groups(pattern, calls[pattern.module])
             return Recognised(signature, pattern)
     return None
 

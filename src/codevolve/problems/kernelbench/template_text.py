@@ -5,8 +5,10 @@ module text opens with the marker line ``# codevolve-template: <name> (<what it 
 mutations know a program already holds a template, then the tunable constants, lines
 ``NAME = value  # tune: a|b|c`` listing the values the ``tune`` mutation may move to, then the
 ``@triton.jit`` kernels. The forward launches them and falls back to the parent's forward, kept
-as :data:`FALLBACK_METHOD`, for inputs the kernels do not take. Each template module
-(:mod:`codevolve.problems.kernelbench.templates` and those it names) builds its text from these.
+as :data:`FALLBACK_METHOD`, for inputs the kernels do not take. A template may add lines at the
+end of ``__init__``: work done once (a convolution's weight converted to another layout). Each
+template module (:mod:`codevolve.problems.kernelbench.templates` and those it names) builds its
+text from these.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Template:
     name: str
     module: str  # marker, tunables and kernels, placed before ``class ModelNew``
     forward: str  # the new forward's body, indented for a method
+    init: str = ""  # lines added at the end of ``__init__``, indented for a method's body
 
 
 # --- rendering expressions and text ----------------------------------------------------------

@@ -1,8 +1,9 @@
 """Triton kernels for recognised patterns, generated as source text for a ``ModelNew``.
 
-:func:`template_for` picks a pattern's :class:`~codevolve.problems.kernelbench.template_text.
-Template`: module-level text (its marker line, tunable constants and ``@triton.jit`` kernels) and
-the body of a new ``forward`` that launches them. The forward falls back to the parent's own
+:func:`templates_for` gives a pattern's :class:`~codevolve.problems.kernelbench.template_text.
+Template` (a convolution's several, one per way to compute it): module-level text (its marker
+line, tunable constants and ``@triton.jit`` kernels) and the body of a new ``forward`` that
+launches them. The forward falls back to the parent's own
 forward, kept as ``forward_torch``, for inputs the kernels do not take (other dtypes, mismatched
 shapes, a scan over a non-last dimension, class-probability targets): that path is the
 reference's own computation, so a template is never wrong by construction, only slower there.
@@ -15,7 +16,10 @@ total carried between blocks). The row templates are in
 :mod:`codevolve.problems.kernelbench.row_loss_templates`, the matrix product in
 :mod:`codevolve.problems.kernelbench.matmul_template`, pooling in
 :mod:`codevolve.problems.kernelbench.pool_template`, convolutions in
-:mod:`codevolve.problems.kernelbench.conv_template`, the text they share in
+:mod:`codevolve.problems.kernelbench.conv_triton_template` (implicit GEMM, depthwise),
+:mod:`codevolve.problems.kernelbench.conv_unfold_template` (a product over unfolded patches)
+and :mod:`codevolve.problems.kernelbench.conv_cudnn_template` (cuDNN's settings), the text they
+share in
 :mod:`codevolve.problems.kernelbench.template_text`.
 
 Kernels load any float dtype, compute in fp32 and store the output's dtype. Offsets are int64
@@ -34,7 +38,9 @@ evolution decides, the template only starts it.
 
 from __future__ import annotations
 
-from codevolve.problems.kernelbench.conv_template import conv_template
+from codevolve.problems.kernelbench.conv_cudnn_template import cudnn_template
+from codevolve.problems.kernelbench.conv_triton_template import depthwise_template, gemm_template
+from codevolve.problems.kernelbench.conv_unfold_template import unfold_template
 from codevolve.problems.kernelbench.convs import Conv
 from codevolve.problems.kernelbench.elementwise import Elementwise
 from codevolve.problems.kernelbench.forward import Forward
@@ -65,8 +71,31 @@ from codevolve.problems.kernelbench.template_text import (
 )
 
 
-def template_for(pattern: Pattern, forward: Forward) -> Template:
-    """The template computing ``pattern`` for a forward with ``forward``'s signature."""
+def templates_for(pattern: Pattern, forward: Forward) -> tuple[Template, ...]:
+    """The templates computing ``pattern`` for a forward with ``forward``'s signature: one for
+    most patterns; for a convolution the ways it can be computed (:func:`conv_templates`)."""
+    if isinstance(pattern, Conv):
+        return conv_templates(pattern, forward)
+    return (_template_for(pattern, forward),)
+
+
+def conv_templates(p: Conv, forward: Forward) -> tuple[Template, ...]:
+    """A 1-D or 2-D convolution: the Triton kernel its groups call for (both where the call
+    leaves them to the init inputs), the product over unfolded patches where groups may be 1,
+    and cuDNN's settings; 3-D and transposed ones: cuDNN's settings only."""
+    if p.transposed or p.dims == 3:
+        return (cudnn_template(p, forward),)
+    gemm = p.groups in ("one", "any")
+    depthwise = p.groups in ("depthwise", "any")
+    return (
+        *([gemm_template(p, forward)] if gemm else []),
+        *([depthwise_template(p, forward)] if depthwise else []),
+        cudnn_template(p, forward),
+        *([unfold_template(p, forward)] if gemm else []),
+    )
+
+
+def _template_for(pattern: Pattern, forward: Forward) -> Template:
     if isinstance(pattern, Elementwise):
         return _elementwise(pattern, forward)
     if isinstance(pattern, Rowwise):
@@ -83,8 +112,7 @@ def template_for(pattern: Pattern, forward: Forward) -> Template:
         return _scan(pattern, forward)
     if isinstance(pattern, Pool):
         return pool_template(pattern, forward)
-    if isinstance(pattern, Conv):
-        return conv_template(pattern, forward)
+    assert not isinstance(pattern, Conv)  # templates_for's
     return matmul_template(pattern, forward)
 
 

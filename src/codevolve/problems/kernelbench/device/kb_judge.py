@@ -63,6 +63,7 @@ from codevolve.problems.kernelbench.device.kb_inputs import (
     refill,
 )
 from codevolve.problems.kernelbench.device.kb_loader import KbLoader, LoadError, ReferenceProgram
+from codevolve.problems.kernelbench.device.kb_precision import fp32_in_fp32
 from codevolve.problems.kernelbench.device.kb_role import ROLE
 from codevolve.problems.kernelbench.device.kb_timing import time_session
 from codevolve.problems.kernelbench.device.kb_watch import (
@@ -102,6 +103,7 @@ def judge(
     runners: RunnerPool,
 ) -> dict[str, Any]:
     """Judge ``candidate`` against ``reference`` on ``device`` ("cuda" or "cpu"); plain data."""
+    fp32_in_fp32()  # the reference computed here: no TF32 (kb_precision.py)
     reply = _new_reply(device, settings)
     seconds = reply["seconds"]
     mark = time.perf_counter()

@@ -27,6 +27,7 @@ from codevolve.evaluator_workers.gpu import shared_tensors
 from codevolve.evaluator_workers.gpu.runner_role import Op, ProgramProblem, RoleContext
 from codevolve.problems.kernelbench.device import kb_loader
 from codevolve.problems.kernelbench.device.kb_loader import KbLoader
+from codevolve.problems.kernelbench.device.kb_precision import fp32_in_fp32
 from codevolve.problems.kernelbench.device.kb_watch import OpRecorder
 
 ROLE = __name__  # what a judge names in its load requests
@@ -41,6 +42,7 @@ def warm() -> None:
 
 def load(message: dict[str, Any], context: RoleContext) -> ModelRole | str:
     """The role for a ``load`` request, or why the program did not load."""
+    fp32_in_fp32()  # before the program runs: no TF32 in this process (kb_precision.py)
     if not context.rules:  # tests: what the judge catches behind the rules
         kb_loader.check_model_new = lambda source: ""  # type: ignore[attr-defined]
     loader = KbLoader(Path(context.scratch) / "programs")

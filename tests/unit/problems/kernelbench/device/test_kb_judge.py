@@ -413,6 +413,35 @@ def test_rules_off_a_global_switch_stays_in_the_candidates_process(
     assert torch.get_default_dtype() == torch.float32
 
 
+# Each reports its process's TF32 switches in its output: 0 when both are off.
+TF32_SEEN = "float(torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32)"
+TF32_REPORTED = _reference(
+    f"def forward(self, x):\n    return x * 0 + {TF32_SEEN}\n", "[torch.rand(8, 4)]"
+)
+ZEROS = _reference("def forward(self, x):\n    return x * 0\n", "[torch.rand(8, 4)]")
+
+
+def test_the_reference_is_computed_without_tf32(loader: Judges) -> None:
+    # torch's default lets cuDNN convolutions round to TF32; the judge's process switches it off
+    # before the reference runs, so the reference reports 0 and a candidate of zeros agrees.
+    torch.backends.cudnn.allow_tf32 = True
+    reply = _judged(loader, TF32_REPORTED, _candidate("def forward(self, x):\n    return x * 0\n"))
+    assert reply["correct"], reply
+    assert not torch.backends.cudnn.allow_tf32
+
+
+def test_rules_off_the_candidates_process_runs_without_tf32_unless_it_switches_it_on(
+    loader: Judges, rules_off: None
+) -> None:
+    reports = _candidate(f"def forward(self, x):\n    return x * 0 + {TF32_SEEN}\n")
+    assert _judged(loader, ZEROS, reports)["correct"]
+    switched = reports.replace(
+        "class ModelNew", "torch.backends.cudnn.allow_tf32 = True\n\nclass ModelNew"
+    )
+    reply = _judged(loader, ZEROS, switched, distributions=["kernelbench"])
+    assert "elements wrong" in reply["verdicts"]["kernelbench"], reply
+
+
 def test_rules_off_the_reference_model_is_out_of_the_candidates_reach(
     loader: Judges, rules_off: None
 ) -> None:

@@ -7,10 +7,10 @@ matrix). A 1-D convolution is the 2-D one over a height of 1. Groups, string pad
 modes other than zeros, another dtype than the weight's and patch matrices of 2**31 elements or
 more fall back to the module.
 
-On a GPU, eager runs convolutions on cuDNN, which by default may use TF32 (torch's
-``backends.cudnn.allow_tf32``); this product runs in fp32 through cuBLAS. The judge compares
-against the reference as eager computes it, at its own tolerance: the template is a proposal,
-and the judge decides whether the two agree closely enough.
+The product runs in fp32 through cuBLAS, as eager's cuDNN convolution does in the judge (which
+switches torch's default TF32 for cuDNN off: kb_precision.py); the patch matrix it writes is
+``k_h * k_w`` times the input, which is what the implicit-GEMM template
+(:mod:`codevolve.problems.kernelbench.conv_triton_template`) avoids.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from codevolve.problems.kernelbench.template_text import Template, fallback, ind
 MAX_PATCH_ELEMENTS = 2**31  # a larger unfolded input falls back to the module
 
 
-def conv_template(p: Conv, forward: Forward) -> Template:
+def unfold_template(p: Conv, forward: Forward) -> Template:
     """The product for ``p``; settings it does not compute fall back to the module."""
     x, n = p.tensor, p.dims
     lead = "" if n == 2 else "(1,) + "  # a 1-D convolution over a height of 1
@@ -54,4 +54,4 @@ def conv_template(p: Conv, forward: Forward) -> Template:
         else "return out.reshape(batch, c_out, ow)",
     ]
     what = f"{n}-D convolution as a product over unfolded patches"
-    return Template("conv", module_text("conv", what, [], ""), indent(body, 8))
+    return Template("conv_unfold", module_text("conv_unfold", what, [], ""), indent(body, 8))
