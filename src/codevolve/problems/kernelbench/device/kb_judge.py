@@ -50,7 +50,7 @@ from codevolve.evaluator_workers.gpu.remote import (
     start_remote,
 )
 from codevolve.evaluator_workers.gpu.runner_link import RunnerPool
-from codevolve.evaluator_workers.gpu.shared_tensors import Arena, byte_count
+from codevolve.evaluator_workers.gpu.shared_tensors import Arena, SharingError, byte_count
 from codevolve.problems.kernelbench.device.kb_compare import aliased_input, all_finite, compare
 from codevolve.problems.kernelbench.device.kb_inputs import (
     DISTRIBUTIONS,
@@ -65,7 +65,7 @@ from codevolve.problems.kernelbench.device.kb_inputs import (
 from codevolve.problems.kernelbench.device.kb_loader import KbLoader, LoadError, ReferenceProgram
 from codevolve.problems.kernelbench.device.kb_precision import fp32_in_fp32
 from codevolve.problems.kernelbench.device.kb_role import ROLE
-from codevolve.problems.kernelbench.device.kb_timing import time_session
+from codevolve.problems.kernelbench.device.kb_timing import REFERENCE_RUNNERS, time_session
 from codevolve.problems.kernelbench.device.kb_watch import (
     changed_input,
     copies,
@@ -218,6 +218,11 @@ class Session:
         if self.arena is not None:
             self.arena.close()
             self.arena = None
+        if self.device == "cuda":
+            # What this judging cached (inputs, the reference's outputs: gigabytes on large
+            # problems) goes back to the device, for the next judging's runners.
+            self.ref_model = torch.nn.Module()
+            torch.cuda.empty_cache()
 
     def _merged(self, distribution: str) -> str:
         results = self.results[distribution]
@@ -255,7 +260,13 @@ class Session:
         target = math.ceil(BATCH_TARGET_MS[self.device] / took_ms)
         self.batch = max(1, min(MAX_BATCH[self.device], target, cap // one_set))
         size = max(self.batch * one_set, byte_count(init) + one_set)
-        self.arena = Arena.create(size, self.device)
+        REFERENCE_RUNNERS.make_room(self.device, keep=self.reference.digest)
+        try:
+            self.arena = Arena.create(size, self.device)
+        except SharingError as exc:
+            raise ReferenceFailure(
+                f"the problem's inputs ({size / 2**30:.1f} GiB staged) do not fit: {exc}"
+            ) from None
         self.remote = start_remote(
             self.runners, self.arena, self.candidate, trusted=False, role=ROLE, who="ModelNew"
         )

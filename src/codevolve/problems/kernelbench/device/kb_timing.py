@@ -306,6 +306,14 @@ class _ReferenceRunners:
             raise
         return remote
 
+    def make_room(self, device: str, *, keep: str) -> None:
+        """End the runners of other references, oldest first, while the GPU's memory runs
+        short (before a judging stages its inputs)."""
+        for key in [k for k in self._remotes if k[0] != keep]:
+            if not _memory_short(device, self.FREE_SHARE):
+                return
+            self._remotes.pop(key).close(arena=True)
+
     def drop(self, session: Session) -> None:
         for key in [k for k in self._remotes if k[0] == session.reference.digest]:
             self._remotes.pop(key).close(arena=True)

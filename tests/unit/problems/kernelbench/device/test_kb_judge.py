@@ -587,3 +587,44 @@ def test_a_batch_answer_in_short_form_expands_or_is_refused() -> None:
     assert _outputs_of({"alike": {**alike, "places": [[1, 0], [0, 0]]}}, 2) is None  # no handle 1
     assert _outputs_of({"alike": alike}, 3) is None  # a batch of 3 answered with 2
     assert _outputs_of({"outputs": [1, 2]}, 2) == [1, 2]  # the long form, checked later
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+
+def test_a_problem_whose_inputs_do_not_fit_is_a_reference_failure_not_a_crash(
+    loader: Judges, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from codevolve.evaluator_workers.gpu.shared_tensors import SharingError
+    from codevolve.problems.kernelbench.device import kb_judge
+
+    def full(nbytes: int, device: str) -> Any:
+        raise SharingError("cuMemAlloc failed with CUDA driver error 2")
+
+    monkeypatch.setattr(kb_judge.Arena, "create", full)
+    reply = _judged(loader, RELU, _candidate("def forward(self, x):\n    return torch.relu(x)\n"))
+    assert not reply["correct"]
+    assert reply["load_error"].startswith("reference: the problem's inputs"), reply
+    assert "do not fit: cuMemAlloc failed" in reply["load_error"], reply
+
+
+def test_reference_runners_of_other_problems_end_while_memory_runs_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from codevolve.problems.kernelbench.device import kb_timing
+
+    class Held:
+        def __init__(self) -> None:
+            self.closed = False
+
+        def close(self, *, arena: bool = False) -> None:
+            self.closed = arena
+
+    runners = kb_timing._ReferenceRunners()
+    held = {(digest, 0, "cuda", 1, 0): Held() for digest in ("a", "b", "c", "d")}
+    runners._remotes.update(held)  # type: ignore[arg-type]
+    short = iter([True, True, False])  # memory frees up once two have ended
+    monkeypatch.setattr(kb_timing, "_memory_short", lambda device, share: next(short))
+    runners.make_room("cuda", keep="a")
+    assert [key[0] for key, h in held.items() if h.closed] == ["b", "c"]
+    assert [key[0] for key in runners._remotes] == ["a", "d"]
