@@ -45,6 +45,7 @@ from codevolve.services.cli.options import (
     REMEASURE_HELP,
     SIGNAL_EXIT,
     at_least,
+    cache_dir_option,
     db_option,
 )
 from codevolve.services.cli.problem_file import (
@@ -97,6 +98,7 @@ def register(sub: Any) -> None:
     add_settings_arguments(bench, plugin.problem_file)
     cli_llm.add_run_arguments(bench)
     db_option(bench)
+    cache_dir_option(bench)
     bench.set_defaults(handler=_cmd_kernelbench)
 
 
