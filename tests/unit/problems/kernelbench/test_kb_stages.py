@@ -9,7 +9,7 @@ import numpy as np
 from codevolve.core.device import DeviceReply
 from codevolve.problems.kernelbench.results import KernelRow, fast_p, summary
 from codevolve.problems.kernelbench.spec import JudgeSettings, KernelSpec
-from codevolve.problems.kernelbench.stages import JUDGE_JOB, JudgeStage
+from codevolve.problems.kernelbench.stages import COMPILE_NOTE, JUDGE_JOB, JudgeStage
 
 SPEC = KernelSpec(
     name="19_relu",
@@ -89,6 +89,41 @@ def test_a_hostile_finding_or_a_device_fault_fails_the_program() -> None:
     fault = _Device(DeviceReply(error="device job kb.judge timed out after 600 s", fault=True))
     result = JudgeStage(SPEC).run_on(_Candidate(), fault, np.random.default_rng(0))
     assert not result.passed and result.error is not None and "device fault" in result.error
+
+
+def test_the_compile_baselines_seconds_and_cache_are_metrics_of_their_own() -> None:
+    timing = {
+        "candidate_ms": 0.5,
+        "eager_ms": 1.0,
+        "compile_ms": 0.8,
+        "compile_seconds": 41.5,
+        "compile_cache": "hit",
+    }
+    result = JudgeStage(SPEC).judge(_reply(timing=timing), device_index=0)
+    assert result.passed and result.score == 2.0  # the seconds never touch a per-call time
+    assert result.metrics["compile_seconds"] == 41.5 and result.metrics["compile_cache_hit"] == 1.0
+    assert result.metrics["compile_ms"] == 0.8 and COMPILE_NOTE not in result.artifacts
+    stage = JudgeStage(SPEC)
+    missed = stage.judge(_reply(timing={**timing, "compile_cache": "miss"}), device_index=0)
+    assert missed.metrics["compile_cache_hit"] == 0.0
+    unknown = stage.judge(_reply(timing={**timing, "compile_cache": ""}), device_index=0)
+    assert "compile_cache_hit" not in unknown.metrics
+
+
+def test_a_reference_that_does_not_compile_leaves_a_note_and_is_judged_against_eager() -> None:
+    note = "compile baseline failed: compiling Model raised AssertionError: no"
+    timing = {
+        "candidate_ms": 0.5,
+        "eager_ms": 1.0,
+        "compile_ms": None,
+        "compile_seconds": 2.0,
+        "compile_error": note,
+    }
+    result = JudgeStage(SPEC).judge(_reply(timing=timing), device_index=0)
+    assert result.passed and result.score == 2.0
+    assert result.artifacts[COMPILE_NOTE] == note
+    assert "compile_ms" not in result.metrics and "speedup_compile" not in result.metrics
+    assert note in result.feedback
 
 
 def test_a_correct_program_without_timing_is_not_scored() -> None:
