@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -131,7 +132,9 @@ def test_a_correct_program_without_timing_is_not_scored() -> None:
     assert not result.passed
 
 
-def _row(name: str, speedup: float | None, *, reference: bool = False) -> KernelRow:
+def _row(
+    name: str, speedup: float | None, *, reference: bool = False, compile_failed: bool = False
+) -> KernelRow:
     return KernelRow(
         problem=name,
         job_id="j",
@@ -140,12 +143,15 @@ def _row(name: str, speedup: float | None, *, reference: bool = False) -> Kernel
         correct=speedup is not None,
         is_reference=reference,
         speedup_eager=speedup,
-        speedup_compile=None if speedup is None else speedup / 2,
+        speedup_compile=None if speedup is None or compile_failed else speedup / 2,
         best_ms=None,
         eager_ms=None,
         compile_ms=None,
         uses_triton=False,
         best_program_id=None,
+        compile_seconds=None if speedup is None or compile_failed else 10.04,
+        compile_failed=compile_failed,
+        compile_note="compile baseline failed: ..." if compile_failed else "",
     )
 
 
@@ -163,3 +169,19 @@ def test_fast_p_counts_correct_solutions_faster_than_p_and_never_the_reference_i
     figures = summary(rows, unsolved=1)  # a file that could not be searched counts as a failure
     assert figures["problems"] == 5 and figures["fast_p_eager"]["1.0"] == 2 / 5
     assert figures["kept_reference"] == 1
+
+
+def test_a_problem_whose_compile_failed_counts_as_not_faster_against_compile() -> None:
+    rows = [_row("a", 3.0), _row("b", 5.0, compile_failed=True), _row("c", None)]
+    assert fast_p(rows, 0, against="compile") == 2 / 3  # correct: it counts for fast_0
+    assert fast_p(rows, 1, against="compile") == 1 / 3  # never faster than a missing baseline
+    assert fast_p(rows, 2, against="eager") == 2 / 3  # against eager it is a problem like any
+    only_failed = [_row("b", 5.0, compile_failed=True)]
+    assert fast_p(only_failed, 1, against="compile") == 0.0  # asked for, so not "never timed"
+    assert fast_p([_row("a", 3.0)], 1, against="compile") == 1.0
+    figures = summary(rows)
+    assert (figures["compile_failed"], figures["compile_cached"]) == (1, 0)
+    assert figures["compile_seconds"] == 10.0  # rounded to a tenth
+    never = [dataclasses.replace(_row("d", 2.0), speedup_compile=None, compile_seconds=None)]
+    assert summary(never)["compile_seconds"] is None
+    assert summary(never)["fast_p_compile"]["1.0"] is None  # compile never asked for
