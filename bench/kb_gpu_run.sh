@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # KernelBench-format problems on a GPU machine: the figures of docs/results-kernelbench.md.
-#   bash bench/kb_gpu_run.sh STEP...   with STEP in setup tests templates set groups
+#   bash bench/kb_gpu_run.sh STEP...   with STEP in setup tests templates compile set groups
 # Outputs land in $OUT (default ./gpu-out).
 # - setup: bench/gpu_device_run.sh's (the wheels of .whl/ into /tmp/site; see that script).
 # - tests: tests/gpu plus the KernelBench judge's tests, on the GPU, under timeout
 #   $KB_TESTS_TIMEOUT seconds (default 300).
 # - templates: bench/kb_templates_gpu.py (every template and rewrite against eager; $KB_TEMPLATES_ARGS
 #   passed on, e.g. "-k conv"), under timeout $KB_TEMPLATES_TIMEOUT seconds (default 200).
+# - compile: bench/kb_compile_baseline.py over the Level-1 problems $KB_COMPILE_PROBLEMS (numbers,
+#   default "19 23 1 40 95"), into the compile cache $KB_COMPILE_CACHE (default
+#   /tmp/kb-compile-cache, emptied first), under timeout $KB_COMPILE_TIMEOUT (default 540); its
+#   lines in $OUT/compile.txt, each run's JSON record in /tmp/kb-compile-records.
 # - set: `codevolve kernelbench` over $KB_DIR (default .kb: a KernelBench checkout's files, level1/
 #   inside; not in the repository), problems $KB_PROBLEMS, $KB_PROPOSALS proposals each, eager
 #   baseline, into the database $KB_DB (default $OUT/kb.sqlite; name a carried copy to continue a
@@ -34,6 +38,12 @@ for step in "$@"; do
     templates)
       timeout ${KB_TEMPLATES_TIMEOUT:-200} python3 bench/kb_templates_gpu.py ${KB_TEMPLATES_ARGS:-} 2>&1 \
         | tee "$OUT/templates.log"
+      ;;
+    compile)
+      timeout ${KB_COMPILE_TIMEOUT:-540} python3 bench/kb_compile_baseline.py --dir "$KB_DIR" \
+        --problems "${KB_COMPILE_PROBLEMS:-19 23 1 40 95}" \
+        --cache-dir "${KB_COMPILE_CACHE:-/tmp/kb-compile-cache}" --out /tmp/kb-compile-records \
+        2>&1 | tee "$OUT/compile.txt"
       ;;
     set)
       timeout ${KB_TIMEOUT:-400} python3 -m codevolve.services.cli kernelbench --dir "$KB_DIR" \

@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 from typing import Any
 
 from codevolve.evaluator_workers.gpu.runner_link import RunnerPool, RunnerSettings
+from codevolve.problems.kernelbench.device.kb_baselines import REFERENCE_RUNNERS
 from codevolve.problems.kernelbench.device.kb_judge import JudgeSettings, judge
 from codevolve.problems.kernelbench.device.kb_loader import KbLoader
-from codevolve.problems.kernelbench.device.kb_timing import REFERENCE_RUNNERS
 
 
 class Judges:
     """The judge's loader and its runners on the CPU: with the source rules, and without."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(
+        self, directory: Path, *, compile_cache: str = "", layers: tuple[str, ...] | None = None
+    ) -> None:
+        """``compile_cache``: the runners' torch.compile cache folder (none: scratch folders);
+        ``layers``: the cage's optional layers (default: all)."""
+        settings = RunnerSettings(device="cpu", compile_cache=compile_cache)
+        if layers is not None:
+            settings = dataclasses.replace(settings, layers=layers)
         self.loader = KbLoader(directory, environ={})
-        self.runners = RunnerPool(RunnerSettings(device="cpu"))
-        self.loose = RunnerPool(RunnerSettings(device="cpu", rules=False), warm=1)
+        self.runners = RunnerPool(settings)
+        self.loose = RunnerPool(dataclasses.replace(settings, rules=False), warm=1)
         self.rules = True
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from codevolve.core.config import RunConfig
 from codevolve.core.job import JobState
 from codevolve.core.program import Program, StageResult
+from codevolve.problems.kernelbench import stages
 from codevolve.problems.kernelbench.spec import make_spec, spec_files
 from codevolve.problems.openevolve import make_bundle
 from codevolve.program_db import repository
@@ -42,6 +43,8 @@ def get_init_inputs():
 """
 EAGER_MS = 0.04
 COMPILE_MS = 0.03
+COMPILE_SECONDS = 12.5
+COMPILE_NOTE = "compile baseline failed: compiling Model raised AssertionError: no compile"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,30 +54,46 @@ class KernelJob:
 
 
 async def kernel_job(
-    session: AsyncSession, *, owner: str, name: str, speedup: float | None = None
+    session: AsyncSession,
+    *,
+    owner: str,
+    name: str,
+    speedup: float | None = None,
+    compiled: str = "timed",
 ) -> KernelJob:
     """A finished job of problem file ``name`` (the ReLU problem): its initial program evaluated
     and, with ``speedup``, a Triton program that many times faster than eager as its confirmed
-    best; without it the best stays the initial program (speedup 1)."""
+    best; without it the best stays the initial program (speedup 1). ``compiled``: its compile
+    baseline was ``timed`` (in :data:`COMPILE_SECONDS`), ``cached`` (timed, compiled from the
+    cache) or ``failed`` (:data:`COMPILE_NOTE`)."""
     spec = make_spec(RELU, name=name)
     bundle = make_bundle(spec_files(spec))
     await repository.store_bundle(session, identity=bundle.id, owner=owner, files=bundle.files)
     config = RunConfig(problem=BUNDLE_PROBLEM_PREFIX + bundle.id, max_proposals=10)
     job = await repository.create_job(session, config, owner=owner)
-    best = await _evaluated(session, job.id, spec.initial_program, ms=EAGER_MS)
+    best = await _evaluated(session, job.id, spec.initial_program, ms=EAGER_MS, compiled=compiled)
     if speedup is not None:  # a Triton best: only its text matters here (no judge runs)
-        best = await _evaluated(session, job.id, TRITON_RELU, ms=EAGER_MS / speedup, index=0)
+        ms = EAGER_MS / speedup
+        best = await _evaluated(session, job.id, TRITON_RELU, ms=ms, index=0, compiled=compiled)
     await repository.set_job_best(session, job.id, best.id, EAGER_MS / best.metrics["candidate_ms"])
     await repository.set_job_state(session, job.id, JobState.DONE)
     return KernelJob(job_id=job.id, best_program_id=best.id)
 
 
 async def _evaluated(
-    session: AsyncSession, job_id: str, source: str, *, ms: float, index: int = -1
+    session: AsyncSession, job_id: str, source: str, *, ms: float, compiled: str, index: int = -1
 ) -> Program:
     """A program of ``job_id`` judged correct at ``ms`` milliseconds per call."""
-    metrics = {"candidate_ms": ms, "eager_ms": EAGER_MS, "compile_ms": COMPILE_MS}
-    stage = StageResult(stage="judge", passed=True, score=EAGER_MS / ms, metrics=metrics)
+    metrics = {"candidate_ms": ms, "eager_ms": EAGER_MS}
+    artifacts = {}
+    if compiled == "failed":
+        artifacts[stages.COMPILE_NOTE] = COMPILE_NOTE
+    else:
+        metrics.update(compile_ms=COMPILE_MS, compile_seconds=COMPILE_SECONDS)
+        metrics["compile_cache_hit"] = float(compiled == "cached")
+    stage = StageResult(
+        stage="judge", passed=True, score=EAGER_MS / ms, metrics=metrics, artifacts=artifacts
+    )
     program_id = await evaluated_program(
         session, job_id, source, stage, generation=0 if index < 0 else 1, proposal_index=index
     )

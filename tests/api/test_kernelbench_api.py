@@ -16,7 +16,14 @@ from codevolve.problems.openevolve.bundle import bundle_id
 from codevolve.program_db import repository
 from codevolve.program_db.bundles import BUNDLE_PROBLEM_PREFIX
 from tests.api.conftest import Api, admin, seed_job
-from tests.api.kernel_jobs import COMPILE_MS, EAGER_MS, RELU, kernel_job
+from tests.api.kernel_jobs import (
+    COMPILE_MS,
+    COMPILE_NOTE,
+    COMPILE_SECONDS,
+    EAGER_MS,
+    RELU,
+    kernel_job,
+)
 from tests.api.test_bundles_api import CONFIG, EVALUATOR, INITIAL
 
 
@@ -49,6 +56,8 @@ async def test_a_kernelbench_job_is_a_row_and_other_problems_jobs_are_not(api: A
     assert row["speedup_compile"] == pytest.approx(2.5 * COMPILE_MS / EAGER_MS)
     assert row["best_ms"] == pytest.approx(EAGER_MS / 2.5)
     assert row["best_program_id"] == fast.best_program_id
+    assert row["compile_seconds"] == COMPILE_SECONDS and not row["compile_cached"]
+    assert not row["compile_failed"] and row["compile_note"] == ""
     summary = body["summary"]
     assert (summary["problems"], summary["correct"], summary["kept_reference"]) == (1, 1, 0)
     assert summary["fast_p_eager"] == {"0.0": 1.0, "1.0": 1.0, "1.5": 1.0, "2.0": 1.0}
@@ -134,3 +143,40 @@ async def test_the_dashboard_page_shows_the_same_table_for_the_same_viewer(api: 
     live = await api.client.get("/live/kernelbench.json", headers=alice)
     assert live.json() == expected
     assert (await api.client.get("/live/kernelbench.json")).status_code == 401
+
+
+async def test_compile_seconds_and_a_failed_compile_baseline_are_shown_and_counted(
+    api: Api,
+) -> None:
+    """A reference torch.compile cannot compile says why and counts against compile as not
+    faster: fast_p against compile keeps it in the denominator."""
+    alice = await api.token("alice")
+    async with api.sessions.begin() as session:
+        await kernel_job(session, owner="alice", name="19_ReLU", speedup=2.5, compiled="cached")
+        failed = await kernel_job(
+            session, owner="alice", name="20_LeakyReLU", speedup=3.0, compiled="failed"
+        )
+    body = (await api.client.get("/api/v1/kernelbench", headers=alice)).json()
+    rows = {row["problem"]: row for row in body["rows"]}
+    assert rows["19_ReLU"]["compile_cached"] and rows["19_ReLU"]["compile_seconds"] == 12.5
+    broken = rows["20_LeakyReLU"]
+    assert broken["job_id"] == failed.job_id and broken["compile_failed"]
+    assert broken["compile_note"] == COMPILE_NOTE and broken["speedup_compile"] is None
+    assert broken["speedup_eager"] == pytest.approx(3.0)  # judged against eager all the same
+    summary = body["summary"]
+    assert summary["compile_failed"] == 1 and summary["compile_cached"] == 1
+    assert summary["compile_seconds"] == COMPILE_SECONDS
+    assert summary["fast_p_eager"]["2.0"] == 1.0
+    assert summary["fast_p_compile"] == {"0.0": 1.0, "1.0": 0.5, "1.5": 0.5, "2.0": 0.0}
+
+    page = await api.client.get("/kernelbench", headers=alice)
+    match = re.search(
+        r'<script type="application/json" id="results-layout">(.*?)</script>', page.text
+    )
+    assert match is not None
+    columns = {c["field"]: c for c in json.loads(match.group(1))["columns"]}
+    assert columns["compile_seconds"]["flag"] == "compile_cached"
+    assert columns["speedup_compile"]["flag"] == "compile_failed"
+    assert '<th class="num">Compile s</th>' in page.text
+    lines = json.loads(match.group(1))["grid"]["lines"]
+    assert ["fast_p_compile", "torch.compile"] in lines

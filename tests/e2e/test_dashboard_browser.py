@@ -170,7 +170,7 @@ def _check_kernelbench_page(page: Page, server: str, db_url: str) -> None:
     assert rows.count() == 1
     row = page.locator(f"#results-table tr[data-job='{job.job_id}']")
     cells = row.locator("td").all_inner_texts()
-    assert cells[:6] == ["19_ReLU", "yes", "2.50×", "1.88×", "0.0160", "triton"]
+    assert cells[:7] == ["19_ReLU", "yes", "2.50×", "1.88×", "0.0160", "12.5", "triton"]
     assert page.locator(
         "#results-summary tr[data-line='fast_p_eager'] td[data-p='2.0']"
     ).inner_text() == ("1.00")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,9 +16,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from codevolve.evaluator_workers.gpu.runner_link import RunnerPool, RunnerSettings  # noqa: E402
+from codevolve.problems.kernelbench.device.kb_baselines import REFERENCE_RUNNERS  # noqa: E402
 from codevolve.problems.kernelbench.device.kb_judge import JudgeSettings, judge  # noqa: E402
 from codevolve.problems.kernelbench.device.kb_loader import KbLoader  # noqa: E402
-from codevolve.problems.kernelbench.device.kb_timing import REFERENCE_RUNNERS  # noqa: E402
 from tests.kernelbench_programs import TRITON_RELU  # noqa: E402
 
 pytestmark = [
@@ -215,3 +216,36 @@ def test_the_runner_sees_one_gpu_and_no_secret(pools: dict[str, Any]) -> None:
     reply = _judge(pools, RELU, _candidate(body), rules=False, time=False)
     assert "gpus=1" in reply["problem"], reply
     assert "CODEVOLVE" not in reply["problem"].split("env=", 1)[1], reply
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's imports warn
+def test_the_compile_baseline_compiles_in_its_cage_and_the_next_process_loads_it(
+    pools: dict[str, Any], tmp_path: Path
+) -> None:
+    """torch.compile of the reference (Inductor and Triton inside a caged trusted runner), its
+    compiling timed apart; a later device process (a new pool) loads it from the cache."""
+    cache = tmp_path / "torch-compile"
+    timings = []
+    for _sitting in ("first", "next"):
+        pool = RunnerPool(RunnerSettings(device="cuda", compile_cache=str(cache)), warm=1)
+        try:
+            reply = judge(
+                RELU,
+                TRITON_RELU,
+                JudgeSettings(trials=10, warmup=2, baselines=("eager", "compile")),
+                device="cuda",
+                loader=pools["loader"],
+                runners=pool,
+            )
+        finally:
+            REFERENCE_RUNNERS.close()
+            pool.close()
+        assert reply["correct"], reply
+        timing = reply["timing"]
+        assert timing["compile_error"] == "", timing
+        assert timing["compile_ms"] > 0 and timing["compile_seconds"] > 0, timing
+        timings.append(timing)
+    for timing in timings:
+        print("compile:", timing["compile_seconds"], "s,", timing["compile_cache"], timing)
+    assert [t["compile_cache"] for t in timings] == ["miss", "hit"]
+    assert any((cache / "cache" / "triton").iterdir())  # Inductor's kernels, by Triton

@@ -252,7 +252,7 @@ def _python_paths() -> set[str]:
     roots = {os.path.dirname(sys.executable), *(path for path in sys.path if path)}
     allowed: set[str] = set()
     for root in roots:
-        allowed.update(_all_but(os.path.realpath(root), project))
+        allowed.update(all_but(os.path.realpath(root), project))
     return allowed
 
 
@@ -305,7 +305,7 @@ def _elf_interpreter(path: str) -> str | None:
     return None
 
 
-def _all_but(path: str, excluded: str) -> list[str]:
+def all_but(path: str, excluded: str) -> list[str]:
     """Paths that together cover ``path`` and everything beneath it except ``excluded``."""
     if path == excluded:
         return []
@@ -317,7 +317,7 @@ def _all_but(path: str, excluded: str) -> list[str]:
         return []
     covered: list[str] = []
     for entry in entries:
-        covered.extend(_all_but(os.path.join(path, entry), excluded))
+        covered.extend(all_but(os.path.join(path, entry), excluded))
     return covered
 
 

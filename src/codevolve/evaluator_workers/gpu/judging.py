@@ -15,6 +15,7 @@ import os
 
 import torch
 
+from codevolve.evaluator_workers.gpu.compile_cache import compile_cache_root
 from codevolve.evaluator_workers.gpu.runner_link import RunnerPool, RunnerSettings
 
 DEVICE_ENV = "CODEVOLVE_KB_DEVICE"  # "cpu" forces the CPU where a GPU is visible
@@ -35,8 +36,9 @@ def device() -> str:
 
 @functools.cache
 def runners() -> RunnerPool:
-    """The runners of this device process, started ahead of need (shutdown() ends them)."""
-    return RunnerPool(RunnerSettings(device=device()))
+    """The runners of this device process, started ahead of need (shutdown() ends them), with
+    the worker's torch.compile cache (compile_cache.py) for the trusted runners that compile."""
+    return RunnerPool(RunnerSettings(device=device(), compile_cache=compile_cache_root()))
 
 
 def shutdown() -> None:

@@ -59,12 +59,22 @@ class Remote:
         self.imports = CudaImports() if device == "cuda" else None
         self.layers: dict[str, bool] = {}
 
-    def start(self, source: str, *, trusted: bool, role: str) -> None:
+    def start(self, source: str, *, trusted: bool, role: str, compiles: bool = False) -> None:
         """Attach the arena (the runner enters its cage) and load ``source`` in ``role`` (the
-        dotted name of a runner role's module: runner_role.py)."""
+        dotted name of a runner role's module: runner_role.py). ``compiles``: a trusted program
+        that ``torch.compile`` will compile, given the pool's compile cache where it has one
+        (compile_cache.py) instead of the per-source kernel cache."""
+        if compiles and not trusted:
+            raise ValueError("only a trusted program is given the compile cache")
         fds = [] if self.arena.fd is None else [self.arena.fd]
-        cache = self.runner.kernel_cache(source)
-        message = {"op": "attach", "arena": self.arena.handle.as_json(), "cache": cache}
+        lent = self.runner.compile_cache() if compiles else None
+        cache = lent or self.runner.kernel_cache(source)
+        message = {
+            "op": "attach",
+            "arena": self.arena.handle.as_json(),
+            "cache": cache,
+            "compiled": lent is not None,
+        }
         reply = self.ask(message, fds=fds)
         if "cage_broke_device" in reply:
             raise CageBroke(str(reply["cage_broke_device"]), [str(x) for x in reply["layers"]])
@@ -156,9 +166,17 @@ class Remote:
 
 
 def start_remote(
-    runners: RunnerPool, arena: Arena, source: str, *, trusted: bool, role: str, who: str
+    runners: RunnerPool,
+    arena: Arena,
+    source: str,
+    *,
+    trusted: bool,
+    role: str,
+    who: str,
+    compiles: bool = False,
 ) -> Remote:
-    """A runner with ``source`` loaded in ``role`` (runner_role.py), named ``who`` in problems.
+    """A runner with ``source`` loaded in ``role`` (runner_role.py), named ``who`` in problems
+    (``compiles``: :meth:`Remote.start`).
     A runner whose device broke inside its cage (a kernel whose Landlock version filters device
     ioctls, say) is ended, and the pool drops the layers that machine cannot hold, one at a
     time, before the program is given to another."""
@@ -166,7 +184,7 @@ def start_remote(
     while True:
         remote = Remote(runners.take(), arena, runners.settings.device, who=who)
         try:
-            remote.start(source, trusted=trusted, role=role)
+            remote.start(source, trusted=trusted, role=role, compiles=compiles)
             return remote
         except CageBroke as exc:
             remote.close()

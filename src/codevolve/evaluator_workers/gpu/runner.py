@@ -9,8 +9,9 @@ then on, can no longer widen its rights; only then does ``load`` execute the pro
   process of the runner's uid, at the end);
 - an unprivileged uid of its own where the judge runs as root, no new privileges, death with the
   judge;
-- Landlock where the kernel has it: everything readable and executable that the uid may read,
-  nothing writable but its scratch folder, ``/dev/null`` and its own GPU's device files;
+- Landlock where the kernel has it: everything readable and executable that the uid may read
+  but the folders the judge hides (torch.compile's caches: compile_cache.py), nothing writable
+  but its scratch folder, its cache folder, ``/dev/null`` and its own GPU's device files;
 - the sandbox's seccomp filter: no socket of any kind, no ptrace, no namespaces or mounts, no
   System V IPC (the CPU sandbox's list, evaluator_workers/_confine.py);
 - rlimits: processes and threads, open files, file size, no core dumps, CPU time, and on the CPU
@@ -50,6 +51,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 CLONE_NEWNET, CLONE_NEWNS = 0x40000000, 0x00020000
 MS_REC, MS_PRIVATE = 16384, 1 << 18
+MAX_BLOCKED_DEPTH = 16  # root-only folders one inside another on the way to what it needs
 
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -101,6 +103,7 @@ class _Runner:
         torch.set_grad_enabled(False)
         self.arena: Any = None
         self.cache: str | None = None
+        self.visible = ["/"]  # what Landlock lets it read and run: all but the hidden folders
         self.layers: dict[str, bool] = {}
         self.role_ops: dict[str, Op] = {}
 
@@ -114,11 +117,15 @@ class _Runner:
         identity = self.settings.get("uid")
         if os.geteuid() == 0:
             self._namespaces(libc, _confine)
+        for hidden in self.settings.get("hidden", []):  # listed before the uid changes
+            self.visible = [kept for p in self.visible for kept in _confine.all_but(p, hidden)]
         if isinstance(identity, int) and os.geteuid() == 0:
             os.setgroups([])
             os.setresgid(identity, identity, identity)
             os.setresuid(identity, identity, identity)
         self.layers["own_uid"] = os.geteuid() != 0 and isinstance(identity, int)
+        if self.cache and not os.access(self.cache, os.R_OK | os.W_OK | os.X_OK):
+            self._drop_cache()
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # after setuid, which clears it
         if os.getppid() != parent:
@@ -134,9 +141,9 @@ class _Runner:
                 plan.abi = _confine.landlock_abi(libc)
                 if not plan.abi:
                     continue
-                plan.read_paths, plan.run_files = ["/"], ["/"]
+                plan.read_paths, plan.run_files = self.visible, self.visible
                 plan.device_files = list(self.settings.get("device_files", []))
-                plan.shm_dir = self.cache  # writable too: the compiled kernels of this source
+                plan.shm_dir = self.cache  # writable too: its compiled kernels (or torch.compile's)
             _confine.confine(self.scratch, plan=plan, libc=libc)  # OSError: never less confined
             self.layers[layer] = True
 
@@ -150,9 +157,20 @@ class _Runner:
             and libc.mount(None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) == 0
         )
         needed = [os.path.realpath(sys.executable), *(p for p in sys.path if p), self.scratch]
-        blocked = confine.blocked_directories([p for p in needed if os.path.exists(p)])
-        if mounts and blocked:
-            confine.expose(blocked, libc=libc)
+        if self.cache:
+            needed.append(self.cache)
+        needed = [p for p in needed if os.path.exists(p)]
+        for _depth in range(MAX_BLOCKED_DEPTH):  # a root-only folder inside another one too
+            blocked = confine.blocked_directories(needed)
+            if not (mounts and blocked and confine.expose(blocked, libc=libc)):
+                break
+
+    def _drop_cache(self) -> None:
+        """Compile into the scratch folder: the cache folder is out of this uid's reach (a
+        root-only folder above it that the mount namespace could not open)."""
+        self.cache = None
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(self.scratch, "triton")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(self.scratch, "inductor")
 
     def _limits(self) -> None:
         limits = self.settings["limits"]
@@ -173,8 +191,12 @@ class _Runner:
         handle = self.shared.ArenaHandle(**message["arena"])
         cache = message.get("cache")
         if isinstance(cache, str) and cache:
-            self.cache = cache  # Triton's compiled kernels of this program's source, kept by the
-            os.environ["TRITON_CACHE_DIR"] = cache  # judge for its next judging of that source
+            self.cache = cache
+            if message.get("compiled") is True:  # torch.compile's caches, lent by the judge
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
+                os.environ["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
+            else:  # Triton's compiled kernels of this program's source, kept by the judge for
+                os.environ["TRITON_CACHE_DIR"] = cache  # its next judging of that source
         self.arena = self.shared.Arena.attach(handle, fds[0] if fds else None)
         self.enter_cage()
         try:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from codevolve.evaluator_workers.errors import WorkerError
+from codevolve.evaluator_workers.gpu import compile_cache
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,9 @@ class RunnerSettings:
     threads: int = 1  # torch's CPU threads in a CPU runner
     rules: bool = True  # the source rules (a filter) before a candidate loads; off in tests only
     cache_root: str = ""  # where compiled kernels are kept per source ("": a folder of the pool)
+    # torch.compile's caches, lent to one trusted runner at a time and hidden from every other
+    # runner (compile_cache.py; "": none, a trusted runner compiles into its scratch folder)
+    compile_cache: str = ""
     roles: tuple[str, ...] = ()  # runner roles' modules the zygote imports ahead (runner_role.py)
 
 
@@ -183,8 +187,10 @@ class Runner:
             "device_files": gpu_device_files() if settings.device == "cuda" else [],
             "environment": _scratch_environment(self.scratch),
             "roles": list(settings.roles),
+            "hidden": [os.path.realpath(settings.compile_cache)] if settings.compile_cache else [],
         }
         self._pid = 0
+        self._lease: compile_cache.Lease | None = None
         self._ended = False
         try:
             self._pid = zygote.fork(theirs, payload)
@@ -215,6 +221,16 @@ class Runner:
                 for name in files:
                     os.chown(os.path.join(path, name), self.uid, self.uid, follow_symlinks=False)
         return folder
+
+    def compile_cache(self) -> str | None:
+        """The pool's torch.compile cache folder, lent to this runner until it ends (only a
+        trusted runner may be given it: compile_cache.py); None where the pool has none, or
+        another runner holds it too long."""
+        if not self.settings.compile_cache or self._ended:
+            return None
+        if self._lease is None:
+            self._lease = compile_cache.lend(self.settings.compile_cache, self.uid)
+        return None if self._lease is None else self._lease.folder
 
     def alive(self) -> bool:
         """Running (or stopped), not ended: a zombie waiting for the zygote counts as ended."""
@@ -340,6 +356,9 @@ class Runner:
             _kill_uid(self.uid)
         self._sock.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+        if self._lease is not None:  # no process of the runner is left to touch it
+            self._lease.give_back()
+            self._lease = None
 
 
 class RunnerPool:

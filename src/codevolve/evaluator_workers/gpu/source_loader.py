@@ -36,10 +36,11 @@ SAFE_BUILTINS = (
     "len", "list", "max", "min", "pow", "range", "reversed", "round", "sorted", "sum", "tuple",
     "zip", "ValueError", "AssertionError", "True", "False", "None",
 )  # fmt: skip
-# Environment variables the device process keeps once it loads candidates: CUDA's and Triton's.
+# Environment variables a process keeps once it loads programs: CUDA's, Triton's and Inductor's
+# (a runner's cache folders), and where the worker's cache folder is (core/cache_dir.py).
 KEPT_ENV_PREFIXES = (
-    "CUDA_", "TRITON_", "NVIDIA_", "LD_LIBRARY_PATH", "PATH", "PYTHON", "HOME", "LANG", "TMPDIR",
-    "CODEVOLVE_DEVICE_INDEX",
+    "CUDA_", "TRITON_", "TORCHINDUCTOR_", "NVIDIA_", "LD_LIBRARY_PATH", "PATH", "PYTHON", "HOME",
+    "LANG", "TMPDIR", "CODEVOLVE_DEVICE_INDEX", "CODEVOLVE_CACHE_DIR", "XDG_CACHE_HOME",
 )  # fmt: skip
 CACHE_DIR_ENV = "CODEVOLVE_KERNEL_DIR"  # where candidate sources are written (default: a temp dir)
 LOADED_LIMIT = 256  # modules kept; the oldest is dropped first

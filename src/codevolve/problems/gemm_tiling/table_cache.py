@@ -6,9 +6,9 @@ process writes each table as a ``.npy`` file named by a digest of everything it 
 sources of the cost model and the config space, numpy's version, the shapes), and later ones read
 it: a change to the model or the shapes names another file, so a stale table is never read. A
 file that cannot be read, or whose shape is not the table's, is computed again; a folder that
-cannot be written costs only the time. The folder is ``$CODEVOLVE_CACHE_DIR``, else
-``$XDG_CACHE_HOME/codevolve``, else ``~/.cache/codevolve``: the worker's own, which candidates,
-confined to their scratch folders by the sandbox, cannot write.
+cannot be written costs only the time. The folder is the worker's cache folder
+(core/cache_dir.py), which candidates, confined to their scratch folders by the sandbox, cannot
+write.
 """
 
 from __future__ import annotations
@@ -21,15 +21,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-CACHE_ENV = "CODEVOLVE_CACHE_DIR"
+from codevolve.core.cache_dir import cache_home
+
 FloatArray = npt.NDArray[np.float64]
-
-
-def cache_folder() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "codevolve"
 
 
 def table_digest(shapes: Sequence[tuple[int, int, int]], sources: Sequence[str]) -> str:
@@ -50,7 +44,7 @@ def cached_table(
     sources: Sequence[str],
 ) -> FloatArray:
     """The table ``compute`` gives, read from the cache folder when a process wrote it before."""
-    path = cache_folder() / f"{name}-{table_digest(shapes, sources)}.npy"
+    path = cache_home() / f"{name}-{table_digest(shapes, sources)}.npy"
     try:
         table: FloatArray = np.load(path, allow_pickle=False)
         if table.shape == (len(shapes), columns) and table.dtype == np.float64:

@@ -102,8 +102,18 @@ RESULTS = ResultsPage(
         Column("problem", "Problem"),
         Column("correct", "Correct", "yes_no"),
         Column("speedup_eager", "vs eager", "times", flag="is_reference", note="(ref)"),
-        Column("speedup_compile", "vs compile", "times"),
+        Column(
+            "speedup_compile", "vs compile", "times", flag="compile_failed", note="(compile failed)"
+        ),
         Column("best_ms", "Best ms", "number", digits=4),
+        Column(
+            "compile_seconds",
+            "Compile s",
+            "number",
+            digits=1,
+            flag="compile_cached",
+            note="(cached)",
+        ),
         Column("uses_triton", "Triton", "tag"),
         Column("state", "State", "state"),
         Column("job_id", "Job", "job"),
@@ -123,9 +133,13 @@ RESULTS = ResultsPage(
     hidden=("best_source",),
     description=(
         "Your KernelBench jobs (every owner's for the admin), newest first, each with its "
-        "confirmed speedup over eager and `torch.compile`; a problem run more than once shows "
-        "its newest job only. `summary` gives fast_p for p in 0, 1, 1.5 and 2 over those rows. "
-        "Jobs of other problems are not listed."
+        "confirmed speedup over eager and `torch.compile`, the seconds its device process spent "
+        "compiling the `torch.compile` baseline (`compile_seconds`, `compile_cached` when "
+        "Inductor's cache held it) or why that failed (`compile_note`); a problem run more than "
+        "once shows its newest job only. `summary` gives fast_p for p in 0, 1, 1.5 and 2 over "
+        "those rows (a problem whose compile failed counts as not faster against compile), "
+        "`compile_failed`, `compile_cached` and the total `compile_seconds`. Jobs of other "
+        "problems are not listed."
     ),
 )
 

@@ -10,6 +10,12 @@ to noise. So that noise is never counted as a speedup, a solution whose source i
 initial program counts for ``fast_0`` (it is correct) and for no ``p >= 1``; the report says how
 many problems kept it.
 
+A reference that ``torch.compile`` cannot compile has no compile baseline (its row's
+``compile_note`` says why). Against compile it stays in the denominator and counts as not faster:
+for ``fast_0`` when correct, for no ``p >= 1`` (nothing was there to beat), so a set's
+fast_p against compile never rises by leaving out the problems compile fails on. The summary
+counts them (``compile_failed``) and adds the seconds spent compiling the baselines.
+
 The plug-in's results page (``/kernelbench`` in the dashboard, ``/api/v1/kernelbench``) and
 ``codevolve kernelbench`` show these rows; the services read each job's records for them
 (core/results.py).
@@ -24,6 +30,7 @@ from typing import Any
 from codevolve.core.results import JobResults, Row
 from codevolve.problems.kernelbench.defaults import FAST_P as PAGE_FAST_P
 from codevolve.problems.kernelbench.spec import SPEC_FILE, spec_of_files
+from codevolve.problems.kernelbench.stages import COMPILE_NOTE
 
 FAST_P = tuple(float(p) for p in PAGE_FAST_P)  # 0, 1, 1.5, 2
 
@@ -46,6 +53,10 @@ class KernelRow:
     uses_triton: bool
     best_program_id: str | None
     best_source: str | None = None  # the best program's source (the report carries it)
+    compile_seconds: float | None = None  # wall seconds its device process spent compiling it
+    compile_cached: bool = False  # that compile came from Inductor's cache
+    compile_failed: bool = False  # torch.compile of the reference failed: no compile baseline
+    compile_note: str = ""  # "compile baseline failed: <one line>"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,6 +78,7 @@ async def kernel_row(records: JobResults) -> KernelRow | None:
     proposals = await records.proposals()
     metrics = dict(best.metrics) if best is not None else {}
     compile_ms = metrics.get("compile_ms")
+    compile_note = "" if best is None else best.artifacts.get(COMPILE_NOTE, "")
     speedup = job.best_score if best is not None else None
     speedup_compile = None
     if speedup is not None and compile_ms and metrics.get("eager_ms"):
@@ -87,6 +99,10 @@ async def kernel_row(records: JobResults) -> KernelRow | None:
         uses_triton=best is not None and "triton.jit" in best.source,
         best_program_id=job.best_program_id,
         best_source=None if best is None else best.source,
+        compile_seconds=metrics.get("compile_seconds"),
+        compile_cached=metrics.get("compile_cache_hit") == 1.0,
+        compile_failed=bool(compile_note),
+        compile_note=compile_note,
     )
 
 
@@ -95,10 +111,13 @@ def fast_p(
 ) -> float | None:
     """KernelBench's fast_p over ``rows`` and ``unsolved`` more problems (files that could not be
     searched: they count as failures) against ``eager`` or ``compile`` (None: no problems, or
-    compile was never timed)."""
+    compile was never asked for). A problem without a compile baseline (compile not timed, or
+    failed on its reference) counts against compile as not faster."""
     if not rows and not unsolved:
         return None
-    if against == "compile" and all(r.speedup_compile is None for r in rows):
+    if against == "compile" and not any(
+        r.speedup_compile is not None or r.compile_failed for r in rows
+    ):
         return None
     hits = 0
     for row in rows:
@@ -112,11 +131,16 @@ def fast_p(
 
 def summary(rows: list[KernelRow], *, unsolved: int = 0) -> dict[str, Any]:
     """The set's figures: fast_p for each p against eager and compile, and the counts;
-    ``unsolved`` problems (not searchable) count in every denominator."""
+    ``unsolved`` problems (not searchable) count in every denominator. ``compile_seconds``: the
+    seconds spent compiling the rows' compile baselines (None: none was compiled)."""
+    seconds = [r.compile_seconds for r in rows if r.compile_seconds is not None]
     return {
         "problems": len(rows) + unsolved,
         "correct": sum(r.correct for r in rows),
         "kept_reference": sum(r.is_reference for r in rows),
+        "compile_failed": sum(r.compile_failed for r in rows),
+        "compile_cached": sum(r.compile_cached for r in rows),
+        "compile_seconds": round(sum(seconds), 1) if seconds else None,
         "fast_p_eager": {str(p): fast_p(rows, p, unsolved=unsolved) for p in FAST_P},
         "fast_p_compile": {
             str(p): fast_p(rows, p, against="compile", unsolved=unsolved) for p in FAST_P

@@ -30,7 +30,8 @@ class JudgeSettings:
 
     ``forbid``: aten operators a solution must not run (``aten.mm``: "write the matmul yourself");
     ``baselines``: ``eager`` always, ``compile`` to time ``torch.compile`` of the reference too
-    (compiled once per device process and problem; tens of seconds on first use);
+    (compiled once per device process and problem, tens of seconds on first use, then from the
+    worker's compile cache: device/kb_baselines.py);
     ``tolerance``: atol = rtol for every output (None: by dtype, 1e-4 fp32, 1e-2 fp16/bf16).
     """
 

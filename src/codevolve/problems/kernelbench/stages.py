@@ -11,7 +11,10 @@
    flushed, each round's output checked) and, when the problem asks, ``torch.compile``. Score:
    t_eager / t_candidate. A candidate wrong on any distribution fails, and the error says which
    verdicts it got: KernelBench's verdict alone (its inputs only) is kept as a metric, never as a
-   pass.
+   pass. The ``torch.compile`` baseline adds ``compile_ms`` and ``speedup_compile``, the seconds
+   its compiling took (``compile_seconds``) and whether Inductor's cache held it
+   (``compile_cache_hit``, 1 or 0, where known); a reference that does not compile leaves the
+   artifact ``compile_note`` ("compile baseline failed: ...") and is judged against eager.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from codevolve.problems.kernelbench.spec import DISTRIBUTIONS, KernelSpec
 
 JUDGE_JOB = "kb.judge"
 CASE_PREFIX = "kb "
+COMPILE_NOTE = "compile_note"  # the artifact of a compile baseline that failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +111,16 @@ class JudgeStage:
         if t_compile is not None:
             metrics["compile_ms"] = t_compile
             metrics["speedup_compile"] = t_compile / t_candidate
+        compile_seconds = timing.get("compile_seconds")
+        if isinstance(compile_seconds, int | float) and not isinstance(compile_seconds, bool):
+            metrics["compile_seconds"] = float(compile_seconds)
+        if timing.get("compile_cache") in ("hit", "miss", "partial"):
+            metrics["compile_cache_hit"] = float(timing["compile_cache"] == "hit")
         uses_triton = float("triton.jit" in source)
         device_name = str((value.get("device") or {}).get("name", "the device"))
+        artifacts = {"device_index": str(device_index), "device_name": device_name}
+        if timing.get("compile_error"):
+            artifacts[COMPILE_NOTE] = str(timing["compile_error"])[:400]
         return StageResult(
             stage=self.name,
             passed=True,
@@ -123,7 +135,7 @@ class JudgeStage:
                 ),
             ),
             feedback=_feedback(self.spec.name, metrics, value, device_name),
-            artifacts={"device_index": str(device_index), "device_name": device_name},
+            artifacts=artifacts,
         )
 
 
@@ -149,6 +161,9 @@ def _feedback(name: str, metrics: dict[str, float], value: dict[str, Any], devic
         parts.append(
             f"torch.compile {metrics['compile_ms']:.4f} ms ({metrics['speedup_compile']:.2f}x)"
         )
+    note = str((value.get("timing") or {}).get("compile_error") or "")
+    if note:
+        parts.append(f"no torch.compile figure ({note})")
     ops = value.get("ops") or []
     if ops:
         parts.append("aten operators it ran: " + ", ".join(str(op) for op in ops[:12]))

@@ -33,6 +33,7 @@ from codevolve.services.cli.options import (
     Parser,
     config_error,
     db_option,
+    use_cache_dir,
 )
 from codevolve.services.database import DatabaseUnusable, reading_session, shown
 from codevolve.services.settings import Settings, normalise_db_url
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.db = normalise_db_url(args.db_given or settings.db, option=args.db_option)
         args.db_shown = shown(args.db)
+        use_cache_dir(args)
         result: int = args.handler(args)
         return result
     except DatabaseUnusable as exc:

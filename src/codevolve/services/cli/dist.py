@@ -32,6 +32,7 @@ from codevolve.services.cli.options import (
     REMEASURE_HELP,
     SIGNAL_EXIT,
     at_least,
+    cache_dir_option,
     check_problem,
     config_error,
     db_option,
@@ -127,6 +128,7 @@ def register(sub: Any) -> None:
     )
     worker.add_argument("--heartbeat-s", type=float, default=5.0, help="seconds between beats")
     _prefix_option(worker)
+    cache_dir_option(worker)
     worker.set_defaults(handler=_cmd_worker, db=None)
 
     submit = sub.add_parser(

@@ -35,7 +35,7 @@ from codevolve.evaluator_workers.sandbox import SandboxPool
 from codevolve.problems import registry
 from codevolve.problems.errors import ProblemError
 from codevolve.services.cli import problem_dir, problem_file
-from codevolve.services.cli.options import EXIT_FAILED, check_problem
+from codevolve.services.cli.options import EXIT_FAILED, cache_dir_option, check_problem
 from codevolve.services.cli.summaries import print_evaluation
 from codevolve.services.runtime.embedded import problem_gpus
 from codevolve.services.runtime.problems import cached_problem
@@ -68,6 +68,7 @@ def register(sub: Any) -> None:
         "[M, N, K])",
     )
     evaluate.add_argument("--json", action="store_true", help="print the full record as JSON")
+    cache_dir_option(evaluate)
     # The job config is built by run's own functions; the proposer is not used here.
     evaluate.set_defaults(handler=_cmd_evaluate, db=None, proposer=None, model=[], max_cost=None)
 

@@ -45,6 +45,7 @@ from codevolve.services.cli.options import (
     REMEASURE_HELP,
     SIGNAL_EXIT,
     at_least,
+    cache_dir_option,
     db_option,
 )
 from codevolve.services.cli.problem_file import (
@@ -97,6 +98,7 @@ def register(sub: Any) -> None:
     add_settings_arguments(bench, plugin.problem_file)
     cli_llm.add_run_arguments(bench)
     db_option(bench)
+    cache_dir_option(bench)
     bench.set_defaults(handler=_cmd_kernelbench)
 
 
@@ -325,19 +327,24 @@ def _report(
 
 def print_table(console: Console, rows: list[Row], report: Mapping[str, Any]) -> None:
     table = Table(title="KernelBench problems (speedups of each problem's confirmed best)")
-    for column in ("problem", "correct", "vs eager", "vs compile", "best ms", "triton", "job"):
+    columns = ("problem", "correct", "vs eager", "vs compile", "best ms", "compile s", "triton")
+    for column in (*columns, "job"):
         table.add_column(column, justify="left" if column in ("problem", "job") else "right")
     for row in rows:
+        seconds = row.get("compile_seconds")
         table.add_row(
             row["problem"],
             "yes" if row["correct"] else "no",
             _x(row["speedup_eager"]) + (" (ref)" if row["is_reference"] else ""),
-            _x(row["speedup_compile"]),
+            "failed" if row.get("compile_failed") else _x(row["speedup_compile"]),
             "-" if row["best_ms"] is None else f"{row['best_ms']:.4f}",
+            ("-" if seconds is None else f"{seconds:.1f}")
+            + (" (cached)" if row.get("compile_cached") else ""),
             "yes" if row["uses_triton"] else "",
             row["job_id"],
         )
     console.print(table)
+    _print_compile_notes(console, rows, report)
     for against in ("eager", "compile"):
         console.print(f"against {against}: {_fast_p(report[f'fast_p_{against}'])}")
     whole = report.get("whole_folder")
@@ -351,6 +358,22 @@ def print_table(console: Console, rows: list[Row], report: Mapping[str, Any]) ->
         f"{report['kept_reference']} kept the reference's own code"
         + (f", {len(report['skipped'])} skipped" if report["skipped"] else "")
     )
+
+
+def _print_compile_notes(console: Console, rows: list[Row], report: Mapping[str, Any]) -> None:
+    """Each problem whose torch.compile baseline failed, with why, and the seconds spent
+    compiling the baselines (each once per device process; cached ones from the cache)."""
+    for row in rows:
+        if row.get("compile_failed"):
+            console.print(f"{row['problem']}: {row['compile_note']}", highlight=False, markup=False)
+    seconds, failed = report.get("compile_seconds"), report.get("compile_failed", 0)
+    if seconds is not None or failed:
+        console.print(
+            f"torch.compile baselines: {'-' if seconds is None else seconds} s compiling, "
+            f"{report.get('compile_cached', 0)} from the cache, {failed} failed "
+            "(counted as not faster against compile)",
+            highlight=False,
+        )
 
 
 def _fast_p(values: dict[str, float | None]) -> str:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 from pydantic import ValidationError
 
+from codevolve.core.cache_dir import CACHE_ENV
 from codevolve.core.errors import ConfigError, UnknownProblemError
 from codevolve.problems.registry import problem_names
 from codevolve.services.run_config import RunConfigRefused, refusals_of
@@ -45,6 +48,27 @@ class Parser(argparse.ArgumentParser):
 def db_option(parser: argparse.ArgumentParser) -> None:
     """``--db``, with the one default every command shares."""
     parser.add_argument("--db", default=None, help=DB_HELP)
+
+
+def cache_dir_option(parser: argparse.ArgumentParser) -> None:
+    """``--cache-dir``: the worker's cache folder (core/cache_dir.py) for this command and the
+    processes it starts."""
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="what workers keep between runs: the gemm cost model's tables, torch.compile's "
+        "caches of KernelBench references (default: $CODEVOLVE_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/codevolve or ~/.cache/codevolve)",
+    )
+
+
+def use_cache_dir(args: argparse.Namespace) -> None:
+    """Point this process and its children at ``--cache-dir``, where the command takes it."""
+    folder = getattr(args, "cache_dir", None)
+    if folder is not None:
+        os.environ[CACHE_ENV] = str(folder.expanduser().resolve())
 
 
 def at_least(minimum: int) -> Callable[[str], int]:

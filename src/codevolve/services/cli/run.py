@@ -42,6 +42,7 @@ from codevolve.services.cli.options import (
     REMEASURE_HELP,
     SIGNAL_EXIT,
     at_least,
+    cache_dir_option,
     check_problem,
     config_error,
     db_option,
@@ -85,6 +86,7 @@ def register(sub: Any) -> None:
     problem_dir.add_run_arguments(run)
     problem_file.add_run_arguments(run)
     db_option(run)
+    cache_dir_option(run)
     run.set_defaults(handler=_cmd_run)
 
 

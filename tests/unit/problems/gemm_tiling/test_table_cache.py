@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from codevolve.core.cache_dir import CACHE_ENV
 from codevolve.problems.gemm_tiling import cost_model, table_cache
 from codevolve.problems.gemm_tiling.cost_model import times_of
 from codevolve.problems.gemm_tiling.shapes import GemmShape
@@ -19,7 +20,7 @@ SOURCES = (cost_model.__file__,)
 
 @pytest.fixture
 def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv(table_cache.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     return tmp_path
 
 
@@ -58,7 +59,7 @@ def test_an_unwritable_folder_costs_only_the_time(
 ) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    monkeypatch.setenv(table_cache.CACHE_ENV, str(blocker / "below"))
+    monkeypatch.setenv(CACHE_ENV, str(blocker / "below"))
     calls: list[int] = []
     columns = times_of(SHAPES).shape[1]
     table = table_cache.cached_table("t", DIMS, columns, lambda: _table(calls), SOURCES)

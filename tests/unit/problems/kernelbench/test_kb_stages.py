@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 from codevolve.core.device import DeviceReply
 from codevolve.problems.kernelbench.results import KernelRow, fast_p, summary
 from codevolve.problems.kernelbench.spec import JudgeSettings, KernelSpec
-from codevolve.problems.kernelbench.stages import JUDGE_JOB, JudgeStage
+from codevolve.problems.kernelbench.stages import COMPILE_NOTE, JUDGE_JOB, JudgeStage
 
 SPEC = KernelSpec(
     name="19_relu",
@@ -91,12 +92,49 @@ def test_a_hostile_finding_or_a_device_fault_fails_the_program() -> None:
     assert not result.passed and result.error is not None and "device fault" in result.error
 
 
+def test_the_compile_baselines_seconds_and_cache_are_metrics_of_their_own() -> None:
+    timing = {
+        "candidate_ms": 0.5,
+        "eager_ms": 1.0,
+        "compile_ms": 0.8,
+        "compile_seconds": 41.5,
+        "compile_cache": "hit",
+    }
+    result = JudgeStage(SPEC).judge(_reply(timing=timing), device_index=0)
+    assert result.passed and result.score == 2.0  # the seconds never touch a per-call time
+    assert result.metrics["compile_seconds"] == 41.5 and result.metrics["compile_cache_hit"] == 1.0
+    assert result.metrics["compile_ms"] == 0.8 and COMPILE_NOTE not in result.artifacts
+    stage = JudgeStage(SPEC)
+    missed = stage.judge(_reply(timing={**timing, "compile_cache": "miss"}), device_index=0)
+    assert missed.metrics["compile_cache_hit"] == 0.0
+    unknown = stage.judge(_reply(timing={**timing, "compile_cache": ""}), device_index=0)
+    assert "compile_cache_hit" not in unknown.metrics
+
+
+def test_a_reference_that_does_not_compile_leaves_a_note_and_is_judged_against_eager() -> None:
+    note = "compile baseline failed: compiling Model raised AssertionError: no"
+    timing = {
+        "candidate_ms": 0.5,
+        "eager_ms": 1.0,
+        "compile_ms": None,
+        "compile_seconds": 2.0,
+        "compile_error": note,
+    }
+    result = JudgeStage(SPEC).judge(_reply(timing=timing), device_index=0)
+    assert result.passed and result.score == 2.0
+    assert result.artifacts[COMPILE_NOTE] == note
+    assert "compile_ms" not in result.metrics and "speedup_compile" not in result.metrics
+    assert note in result.feedback
+
+
 def test_a_correct_program_without_timing_is_not_scored() -> None:
     result = JudgeStage(SPEC).judge(_reply(timing={}), device_index=0)
     assert not result.passed
 
 
-def _row(name: str, speedup: float | None, *, reference: bool = False) -> KernelRow:
+def _row(
+    name: str, speedup: float | None, *, reference: bool = False, compile_failed: bool = False
+) -> KernelRow:
     return KernelRow(
         problem=name,
         job_id="j",
@@ -105,12 +143,15 @@ def _row(name: str, speedup: float | None, *, reference: bool = False) -> Kernel
         correct=speedup is not None,
         is_reference=reference,
         speedup_eager=speedup,
-        speedup_compile=None if speedup is None else speedup / 2,
+        speedup_compile=None if speedup is None or compile_failed else speedup / 2,
         best_ms=None,
         eager_ms=None,
         compile_ms=None,
         uses_triton=False,
         best_program_id=None,
+        compile_seconds=None if speedup is None or compile_failed else 10.04,
+        compile_failed=compile_failed,
+        compile_note="compile baseline failed: ..." if compile_failed else "",
     )
 
 
@@ -128,3 +169,19 @@ def test_fast_p_counts_correct_solutions_faster_than_p_and_never_the_reference_i
     figures = summary(rows, unsolved=1)  # a file that could not be searched counts as a failure
     assert figures["problems"] == 5 and figures["fast_p_eager"]["1.0"] == 2 / 5
     assert figures["kept_reference"] == 1
+
+
+def test_a_problem_whose_compile_failed_counts_as_not_faster_against_compile() -> None:
+    rows = [_row("a", 3.0), _row("b", 5.0, compile_failed=True), _row("c", None)]
+    assert fast_p(rows, 0, against="compile") == 2 / 3  # correct: it counts for fast_0
+    assert fast_p(rows, 1, against="compile") == 1 / 3  # never faster than a missing baseline
+    assert fast_p(rows, 2, against="eager") == 2 / 3  # against eager it is a problem like any
+    only_failed = [_row("b", 5.0, compile_failed=True)]
+    assert fast_p(only_failed, 1, against="compile") == 0.0  # asked for, so not "never timed"
+    assert fast_p([_row("a", 3.0)], 1, against="compile") == 1.0
+    figures = summary(rows)
+    assert (figures["compile_failed"], figures["compile_cached"]) == (1, 0)
+    assert figures["compile_seconds"] == 10.0  # rounded to a tenth
+    never = [dataclasses.replace(_row("d", 2.0), speedup_compile=None, compile_seconds=None)]
+    assert summary(never)["compile_seconds"] is None
+    assert summary(never)["fast_p_compile"]["1.0"] is None  # compile never asked for

@@ -33,7 +33,7 @@ def test_the_newest_matching_job_is_continued_and_other_budgets_are_not() -> Non
     assert _same_job(stored[3:], config) is None
 
 
-def _row(problem: str, speedup: float | None, *, reference: bool = False) -> Row:
+def _row(problem: str, speedup: float | None, *, reference: bool = False, **more: Any) -> Row:
     return KernelRow(
         problem=problem,
         job_id=problem,
@@ -42,12 +42,12 @@ def _row(problem: str, speedup: float | None, *, reference: bool = False) -> Row
         correct=speedup is not None,
         is_reference=reference,
         speedup_eager=speedup,
-        speedup_compile=None,
         best_ms=None,
         eager_ms=None,
         compile_ms=None,
         uses_triton=False,
         best_program_id=None,
+        **{"speedup_compile": None, **more},
     ).as_dict()
 
 
@@ -74,3 +74,24 @@ def test_the_table_ends_with_fast_p_for_the_set_and_for_the_whole_folder() -> No
         "over all 4 files of the folder (2 not run, counted as not solved), against eager: "
         "fast_0 0.25, fast_1 0.25, fast_1.5 0.25, fast_2 0.25"
     ) in text
+
+
+def test_the_table_shows_compile_seconds_and_says_why_a_compile_baseline_failed() -> None:
+    note = "compile baseline failed: compiling Model raised AssertionError: no compile"
+    rows = [
+        _row("1_a", 2.5, speedup_compile=1.25, compile_seconds=31.26),
+        _row("2_b", 1.5, speedup_compile=1.1, compile_seconds=2.0, compile_cached=True),
+        _row("3_c", 3.0, compile_failed=True, compile_note=note),
+    ]
+    report = _report(rows, [], Path("level1"), not_run=0)
+    out = io.StringIO()
+    print_table(Console(file=out, width=200), rows, report)
+    text = out.getvalue()
+    assert "31.3" in text and "2.0 (cached)" in text and "failed" in text
+    assert f"3_c: {note}" in text
+    assert (
+        "torch.compile baselines: 33.3 s compiling, 1 from the cache, 1 failed "
+        "(counted as not faster against compile)"
+    ) in text
+    assert "against compile: fast_0 1.00, fast_1 0.67, fast_1.5 0.00, fast_2 0.00" in text
+    assert report["compile_seconds"] == 33.3 and report["compile_failed"] == 1

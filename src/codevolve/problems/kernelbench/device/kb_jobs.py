@@ -29,10 +29,10 @@ from codevolve.evaluator_workers.errors import WorkerError
 from codevolve.evaluator_workers.gpu import judging
 from codevolve.evaluator_workers.gpu.cuda_device import device_info
 from codevolve.evaluator_workers.gpu.judging import device, runners
+from codevolve.problems.kernelbench.device.kb_baselines import REFERENCE_RUNNERS
 from codevolve.problems.kernelbench.device.kb_inputs import DISTRIBUTIONS
 from codevolve.problems.kernelbench.device.kb_judge import BASELINES, JudgeSettings, judge
 from codevolve.problems.kernelbench.device.kb_loader import KbLoader
-from codevolve.problems.kernelbench.device.kb_timing import REFERENCE_RUNNERS
 
 JUDGE_JOB = "kb.judge"
 MAX_SEEDS = 16

@@ -22,8 +22,8 @@ capped JSON.
 A verdict per distribution is "" (right), ``skipped: ...`` (the reference itself is not finite
 there; never for ``kernelbench``), or what was wrong. A candidate that raises, breaks the
 protocol or dies ends the judging as the reply's ``problem``. A correct candidate is then timed
-(kb_timing.py) by the judge's clock, and the reference through the same path in a runner of its
-own after the candidate's runner has ended.
+(kb_timing.py) by the judge's clock, and the baselines (eager, ``torch.compile``) through the
+same path in runners of their own after the candidate's runner has ended (kb_baselines.py).
 
 Imported only in the device process and in tests (needs torch).
 """
@@ -51,6 +51,7 @@ from codevolve.evaluator_workers.gpu.remote import (
 )
 from codevolve.evaluator_workers.gpu.runner_link import RunnerPool
 from codevolve.evaluator_workers.gpu.shared_tensors import Arena, SharingError, byte_count
+from codevolve.problems.kernelbench.device.kb_baselines import REFERENCE_RUNNERS, time_session
 from codevolve.problems.kernelbench.device.kb_compare import aliased_input, all_finite, compare
 from codevolve.problems.kernelbench.device.kb_inputs import (
     DISTRIBUTIONS,
@@ -65,7 +66,6 @@ from codevolve.problems.kernelbench.device.kb_inputs import (
 from codevolve.problems.kernelbench.device.kb_loader import KbLoader, LoadError, ReferenceProgram
 from codevolve.problems.kernelbench.device.kb_precision import fp32_in_fp32
 from codevolve.problems.kernelbench.device.kb_role import ROLE
-from codevolve.problems.kernelbench.device.kb_timing import REFERENCE_RUNNERS, time_session
 from codevolve.problems.kernelbench.device.kb_watch import (
     changed_input,
     copies,

@@ -7,7 +7,9 @@ allowed imports). Requests:
 
 - ``construct``: ``{"seed", "init"}``: the model built from the staged init inputs, under the
   judge's seed;
-- ``compile``: the model replaced by ``torch.compile`` of it (a reference's baseline);
+- ``compile`` (a trusted reference only: its ``torch.compile`` baseline): the model replaced by
+  ``torch.compile`` of it and called once on the round's inputs, where it compiles; the reply
+  counts Inductor's FX graph cache hits and misses;
 - ``call``: a checked call of each round's inputs, with the aten operators it ran recorded;
 - ``stage`` / ``go``: the rounds' inputs resolved ahead, then run as one timed batch.
 
@@ -68,13 +70,15 @@ class ModelRole:
         self.staged: list[tuple[list[Any], list[dict[str, Any]]]] = []
 
     def ops(self) -> dict[str, Op]:
-        return {
+        ops: dict[str, Op] = {
             "construct": self.construct,
             "call": self.call,
             "stage": self.stage,
             "go": self.go,
-            "compile": self.compile,
         }
+        if self.trusted:
+            ops["compile"] = self.compile
+        return ops
 
     def construct(self, message: dict[str, Any]) -> dict[str, Any]:
         init = [shared_tensors.decode(v, self.arena.tensor) for v in message["init"]]
@@ -87,10 +91,29 @@ class ModelRole:
         return {"ok": True}
 
     def compile(self, message: dict[str, Any]) -> dict[str, Any]:
-        """The model replaced by ``torch.compile`` of it (a reference's baseline)."""
-        del message
+        """The model replaced by ``torch.compile`` of it and called once on the staged round's
+        inputs: that first call compiles (the judge times the request). Inductor's caches are
+        the runner's: the worker's compile cache where the judge lent it (compile_cache.py)."""
+        import torch._inductor.config as inductor_config
+        from torch._dynamo.utils import counters
+
+        # Kernels compile one after another in this process: a pool of helper processes would
+        # need what the cage refuses (POSIX semaphores in /dev/shm).
+        inductor_config.compile_threads = 1
+        self.stage(message)
+        before = dict(counters["inductor"])
         self.model = torch.compile(self.model)
-        return {"ok": True}
+        for args, _slots in self.staged[:1]:
+            self._call("compiling", self.model, args)
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        self.staged = []
+        after = counters["inductor"]
+        hits, misses = (
+            after.get(key, 0) - before.get(key, 0)
+            for key in ("fxgraph_cache_hit", "fxgraph_cache_miss")
+        )
+        return {"ok": True, "fx_graph_cache": {"hits": hits, "misses": misses}}
 
     def call(self, message: dict[str, Any]) -> dict[str, Any]:
         """A checked call: run the model on each round's inputs with the aten operators it

@@ -1,4 +1,4 @@
-"""Timing a KernelBench candidate against the eager reference and torch.compile (trusted code).
+"""The timed batches of a KernelBench judging, and the figures they give (trusted code).
 
 Only a candidate correct under every distribution is timed, and only by the judge's clock: the
 candidate's runner can neither read nor stop it. The runner is stopped (SIGSTOP) whenever it is
@@ -19,11 +19,8 @@ not being timed or asked something. A timed batch:
 ``K`` (``Session.batch``) makes a batch last about ``BATCH_TARGET_MS`` by the reference's time,
 measured here, so that the fixed cost of a batch (a signal, two socket messages, a device
 synchronisation) stays small beside the calls (docs/security.md states the floor). The
-reference is then timed through the same path, in a runner of its own started after the
-candidate's runner has ended: no candidate process exists while it runs. The ``compile``
-baseline is ``torch.compile`` of the reference in that runner, timed the same way after its
-warm-up batches (where it compiles); it does not depend on the candidate, so its median is kept
-per reference hash, device and input shapes for the life of the process.
+baselines (eager, ``torch.compile``) are timed through the same batches, in trusted runners of
+their own started after the candidate's runner has ended (kb_baselines.py).
 
 Figures are medians per call in milliseconds, with the candidate's 10th and 90th percentiles.
 
@@ -47,27 +44,32 @@ from codevolve.evaluator_workers.gpu.remote import (
     CandidateProblem,
     Remote,
     poison,
-    start_remote,
 )
 from codevolve.evaluator_workers.gpu.runner_link import RunnerGone, RunnerPool
 from codevolve.evaluator_workers.gpu.shared_tensors import Arena, tensors_in
 from codevolve.problems.kernelbench.device.kb_compare import compare
 from codevolve.problems.kernelbench.device.kb_inputs import (
     KERNELBENCH,
-    ReferenceFailure,
-    construct,
     draw_inputs,
-    init_inputs,
     judge_random,
     refill,
 )
 from codevolve.problems.kernelbench.device.kb_loader import ReferenceProgram
-from codevolve.problems.kernelbench.device.kb_role import ROLE
 from codevolve.problems.kernelbench.device.kb_watch import copies
 
 FLUSH_MIN_BYTES = 256 << 20  # the L2 flush writes at least this much, and twice the L2
 CHECKED_PER_BATCH = 2  # timed outputs compared per batch
 TIMING_SEED_OFFSET = 7919  # the timed rounds' generator differs from every checked one
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledBaseline:
+    """``torch.compile`` of one reference in this process: its figures, or why it has none."""
+
+    ms: float | None  # median per call; None when it failed
+    seconds: float | None  # wall seconds of compiling: torch.compile and the first call
+    cache: str = ""  # Inductor's FX graph cache: "hit", "miss", "partial", or "" (unknown)
+    error: str = ""  # "compile baseline failed: <one line>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,8 @@ class Timing:
     rounds: int  # timed batches
     batch: int = 1  # calls per batch
     compile_error: str = ""  # why torch.compile of the reference gave no figure
+    compile_seconds: float | None = None  # wall seconds this process spent compiling it
+    compile_cache: str = ""  # CompiledBaseline.cache
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -236,127 +240,6 @@ def timed_batches(session: Session, remote: Remote, *, check: bool) -> list[floa
     return times
 
 
-_COMPILED_MS: dict[tuple[Any, ...], float] = {}  # (reference hash, device, shapes) -> median
-
-
-def time_session(session: Session) -> dict[str, Any]:
-    """Time the candidate (its runner), then the reference (a runner of its own)."""
-    remote = session.remote
-    assert remote is not None
-    ours = timed_batches(session, remote, check=True)
-    # One more checked call: a candidate that changes after many calls shows it here.
-    rng = judge_random(
-        session.seed + 2 * TIMING_SEED_OFFSET, KERNELBENCH, session.device, salt=session.salt
-    )
-    after = session.checked_round(
-        draw_inputs(session.reference, KERNELBENCH, session.seed, rng), KERNELBENCH
-    )
-    if after:
-        raise CandidateProblem(f"after the timed rounds: {after}")
-    remote.close()
-    session.remote = None
-    eager, compiled, why = _time_reference(session)
-    return summary(ours, eager, compiled, why, batch=session.batch).as_dict()
-
-
-class _ReferenceRunners:
-    """Runners that time references, kept across judgings: each holds one reference, built
-    under one seed, with its own arena, and never a candidate. Reusing them spares a process
-    start per judging; the few most recent are kept, fewer on a GPU whose memory runs short
-    (each holds its arena and its last batch's outputs: gigabytes on large problems)."""
-
-    KEEP = 4
-    FREE_SHARE = 0.5  # on CUDA, older runners end while less than this share of memory is free
-
-    def __init__(self) -> None:
-        self._remotes: dict[tuple[Any, ...], Remote] = {}
-
-    def get(self, session: Session) -> Remote:
-        key = (
-            session.reference.digest,
-            session.seed,
-            session.device,
-            session.batch,
-            id(session.runners),
-        )
-        remote = self._remotes.pop(key, None)
-        if remote is None or not remote.runner.alive():
-            if remote is not None:
-                remote.close(arena=True)
-            while self._remotes and (
-                len(self._remotes) >= self.KEEP or _memory_short(session.device, self.FREE_SHARE)
-            ):
-                self._remotes.pop(next(iter(self._remotes))).close(arena=True)
-            remote = self._start(session)
-        self._remotes[key] = remote  # the most recent last
-        return remote
-
-    def _start(self, session: Session) -> Remote:
-        assert session.arena is not None
-        arena = Arena.create(session.arena.raw.numel(), session.device)
-        remote = start_remote(
-            session.runners, arena, session.reference_source, trusted=True, role=ROLE, who="Model"
-        )
-        try:
-            construct(
-                remote, session.seed, init_inputs(session.reference, session.seed, session.device)
-            )
-        except BaseException:
-            remote.close(arena=True)
-            raise
-        return remote
-
-    def make_room(self, device: str, *, keep: str) -> None:
-        """End the runners of other references, oldest first, while the GPU's memory runs
-        short (before a judging stages its inputs)."""
-        for key in [k for k in self._remotes if k[0] != keep]:
-            if not _memory_short(device, self.FREE_SHARE):
-                return
-            self._remotes.pop(key).close(arena=True)
-
-    def drop(self, session: Session) -> None:
-        for key in [k for k in self._remotes if k[0] == session.reference.digest]:
-            self._remotes.pop(key).close(arena=True)
-
-    def close(self) -> None:
-        while self._remotes:
-            self._remotes.popitem()[1].close(arena=True)
-
-
-def _memory_short(device: str, share: float) -> bool:
-    """Whether less than ``share`` of the GPU's memory is free (never on the CPU)."""
-    if device != "cuda":
-        return False
-    free, total = torch.cuda.mem_get_info()
-    return free < share * total
-
-
-REFERENCE_RUNNERS = _ReferenceRunners()
-
-
-def _time_reference(session: Session) -> tuple[list[float], float | None, str]:
-    try:
-        remote = REFERENCE_RUNNERS.get(session)
-        eager = timed_batches(session, remote, check=False)
-    except CandidateProblem as exc:
-        REFERENCE_RUNNERS.drop(session)
-        raise ReferenceFailure(f"timing Model: {exc}") from None
-    compiled, why = None, ""
-    if "compile" in session.settings.baselines:
-        key = (session.reference.digest, session.device, session.batch)
-        if key not in _COMPILED_MS:
-            try:
-                remote.ask({"op": "compile"})
-                _COMPILED_MS[key] = median(timed_batches(session, remote, check=False))
-            except CandidateProblem as exc:
-                lines = str(exc).strip().splitlines() or [""]
-                why = f"torch.compile failed: {lines[-1][:300]}"
-            finally:
-                REFERENCE_RUNNERS.drop(session)  # compiled: its eager model is gone
-        compiled = _COMPILED_MS.get(key)
-    return eager, compiled, why
-
-
 def median(samples: Sequence[float]) -> float:
     return quantile(samples, 0.5)
 
@@ -364,18 +247,19 @@ def median(samples: Sequence[float]) -> float:
 def summary(
     candidate: Sequence[float],
     eager: Sequence[float],
-    compiled: float | None,
-    compile_error: str,
+    compiled: CompiledBaseline | None,
     *,
     batch: int = 1,
 ) -> Timing:
     return Timing(
         candidate_ms=median(candidate),
         eager_ms=median(eager),
-        compile_ms=compiled,
+        compile_ms=None if compiled is None else compiled.ms,
         candidate_p10_ms=quantile(candidate, 0.1),
         candidate_p90_ms=quantile(candidate, 0.9),
         rounds=len(candidate),
         batch=batch,
-        compile_error=compile_error,
+        compile_error="" if compiled is None else compiled.error,
+        compile_seconds=None if compiled is None else compiled.seconds,
+        compile_cache="" if compiled is None else compiled.cache,
     )

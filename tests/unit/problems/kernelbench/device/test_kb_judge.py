@@ -7,6 +7,7 @@ source rules switched off, to show the judge's own layer behind them.
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -547,20 +548,71 @@ def test_signed_and_wide_inputs_keep_the_structure_get_inputs_built() -> None:
         assert torch.equal(labels, torch.arange(5))  # integers are left alone
 
 
+# Compiles under Dynamo's trace only to fail there: torch.compile of it raises in seconds, before
+# Inductor writes any code, while eager runs it as any reference.
+NOT_COMPILABLE = _reference(
+    """
+    def forward(self, x):
+        if torch.compiler.is_compiling():
+            torch._assert(False, "this reference refuses torch.compile")
+        return torch.relu(x)
+    """,
+    "[torch.rand(16, 64)]",
+)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's imports warn
+def test_a_reference_torch_compile_cannot_compile_is_judged_against_eager_with_a_note(
+    loader: Judges,
+) -> None:
+    both = ["eager", "compile"]
+    right = _candidate("def forward(self, x):\n    return x.clamp_min(0)\n")
+    reply = _judged(loader, NOT_COMPILABLE, right, time=True, baselines=both)
+    assert reply["correct"] and not reply["problem"], reply
+    timing = reply["timing"]
+    assert timing["eager_ms"] > 0 and timing["compile_ms"] is None
+    assert timing["compile_error"] == (
+        "compile baseline failed: compiling Model raised AssertionError: "
+        "this reference refuses torch.compile"
+    )
+    # Not compiled again for the next candidate of the same reference: the same record.
+    again = _judged(loader, NOT_COMPILABLE, right, time=True, baselines=both)
+    assert again["timing"]["compile_error"] == timing["compile_error"]
+    assert again["timing"]["compile_seconds"] == timing["compile_seconds"] is not None
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's imports warn
-def test_the_compile_baseline_is_timed_beside_eager(loader: Judges) -> None:
-    """``torch.compile`` of the reference is timed in rounds of its own (here by inductor on the
-    CPU): a figure, or the reason it has none."""
+def test_the_compile_baseline_is_timed_and_the_next_process_compiles_it_from_the_cache(
+    tmp_path: Path,
+) -> None:
+    """``torch.compile`` of the reference is timed in rounds of its own (here by Inductor on the
+    CPU), its compiling in seconds of its own; a later device process (here a new runner pool)
+    finds it in the worker's compile cache."""
     reference = _reference(CUMSUM_MODEL, "[torch.rand(64, 4000)]", "[1]")
     both = ["eager", "compile"]
-    reply = _judged(loader, reference, CUMSUM_COPY, trials=5, warmup=1, time=True, baselines=both)
-    assert reply["correct"], reply
-    timing = reply["timing"]
-    assert timing["compile_error"] == "", timing["compile_error"]
-    assert timing["compile_ms"] is not None and timing["compile_ms"] > 0
-    assert timing["eager_ms"] > 0
+    cache = tmp_path / "torch-compile"
+    timings = []
+    for sitting in ("first", "next"):
+        judges = Judges(tmp_path / sitting, compile_cache=str(cache))
+        try:
+            reply = judges.judge(
+                reference, CUMSUM_COPY, trials=5, warmup=1, time=True, baselines=both
+            )
+        finally:
+            judges.close()
+        assert reply["correct"], reply
+        timing = reply["timing"]
+        assert timing["compile_error"] == "", timing["compile_error"]
+        assert timing["compile_ms"] is not None and timing["compile_ms"] > 0
+        assert timing["compile_seconds"] is not None and timing["compile_seconds"] > 0
+        assert timing["eager_ms"] > 0
+        timings.append(timing)
+    assert [t["compile_cache"] for t in timings] == ["miss", "hit"]
+    assert any((cache / "cache" / "inductor").iterdir())
+    if os.geteuid() == 0:  # the runner's uid held the files while it compiled, and no longer
+        assert {p.lstat().st_uid for p in cache.rglob("*")} == {0}
 
 
 def test_a_scalar_output_is_judged_and_timed(loader: Judges) -> None:
@@ -611,7 +663,7 @@ def test_a_problem_whose_inputs_do_not_fit_is_a_reference_failure_not_a_crash(
 def test_reference_runners_of_other_problems_end_while_memory_runs_short(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from codevolve.problems.kernelbench.device import kb_timing
+    from codevolve.problems.kernelbench.device import kb_baselines
 
     class Held:
         def __init__(self) -> None:
@@ -620,11 +672,11 @@ def test_reference_runners_of_other_problems_end_while_memory_runs_short(
         def close(self, *, arena: bool = False) -> None:
             self.closed = arena
 
-    runners = kb_timing._ReferenceRunners()
+    runners = kb_baselines._ReferenceRunners()
     held = {(digest, 0, "cuda", 1, 0): Held() for digest in ("a", "b", "c", "d")}
     runners._remotes.update(held)  # type: ignore[arg-type]
     short = iter([True, True, False])  # memory frees up once two have ended
-    monkeypatch.setattr(kb_timing, "_memory_short", lambda device, share: next(short))
+    monkeypatch.setattr(kb_baselines, "_memory_short", lambda device, share: next(short))
     runners.make_room("cuda", keep="a")
     assert [key[0] for key, h in held.items() if h.closed] == ["b", "c"]
     assert [key[0] for key in runners._remotes] == ["a", "d"]
