@@ -51,20 +51,37 @@ class CageBroke(Exception):
 class Remote:
     """One program in one runner, fed through one arena: the judge's handle on it."""
 
-    def __init__(self, runner: Runner, arena: Arena, device: str, *, who: str) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        arena: Arena,
+        device: str,
+        *,
+        who: str,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
         self.runner = runner
+        self.timeout_s = timeout_s  # seconds one request may take
         self.arena = arena
         self.device = device
         self.who = who  # the program as problems name it ("ModelNew", "cuBLAS", ...)
         self.imports = CudaImports() if device == "cuda" else None
         self.layers: dict[str, bool] = {}
+        self.seeded = 0  # compiled kernels copied into the runner's cache before it started
+        self.cache: str | None = None  # the per-source folder the runner may write, if any
 
-    def start(self, source: str, *, trusted: bool, role: str) -> None:
+    def start(self, source: str, *, trusted: bool, role: str, compiled: str | None = None) -> None:
         """Attach the arena (the runner enters its cage) and load ``source`` in ``role`` (the
-        dotted name of a runner role's module: runner_role.py)."""
+        dotted name of a runner role's module: runner_role.py). The runner's Triton cache is
+        the folder kept for ``source`` across judgings (Runner.kernel_cache), or with
+        ``compiled`` (a compile runner's folder for this source) a copy of that folder's
+        kernels in its own scratch (Runner.seed_kernels), which it alone writes."""
         fds = [] if self.arena.fd is None else [self.arena.fd]
-        cache = self.runner.kernel_cache(source)
-        message = {"op": "attach", "arena": self.arena.handle.as_json(), "cache": cache}
+        if compiled is None:
+            self.cache = self.runner.kernel_cache(source)
+        else:
+            self.seeded = self.runner.seed_kernels(compiled)
+        message = {"op": "attach", "arena": self.arena.handle.as_json(), "cache": self.cache}
         reply = self.ask(message, fds=fds)
         if "cage_broke_device" in reply:
             raise CageBroke(str(reply["cage_broke_device"]), [str(x) for x in reply["layers"]])
@@ -79,7 +96,7 @@ class Remote:
     def ask(self, message: dict[str, Any], *, fds: Sequence[int] = ()) -> dict[str, Any]:
         """A request; a problem the program caused becomes :class:`CandidateProblem`."""
         try:
-            reply = self.runner.request(message, timeout_s=REQUEST_TIMEOUT_S, fds=fds)
+            reply = self.runner.request(message, timeout_s=self.timeout_s, fds=fds)
         except RunnerGone as exc:
             raise CandidateProblem(f"the {self.who} process failed: {exc}") from None
         if "problem" in reply:
@@ -151,17 +168,28 @@ class Remote:
 
 
 def start_remote(
-    runners: RunnerPool, arena: Arena, source: str, *, trusted: bool, role: str, who: str
+    runners: RunnerPool,
+    arena: Arena,
+    source: str,
+    *,
+    trusted: bool,
+    role: str,
+    who: str,
+    compiled: str | None = None,
+    timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> Remote:
-    """A runner with ``source`` loaded in ``role`` (runner_role.py), named ``who`` in problems.
+    """A runner with ``source`` loaded in ``role`` (runner_role.py), named ``who`` in problems;
+    ``compiled``: Remote.start's; ``timeout_s``: what one request to it may take.
     A runner whose device broke inside its cage (a kernel whose Landlock version filters device
     ioctls, say) is ended, and the pool drops the layers that machine cannot hold, one at a
     time, before the program is given to another."""
     runners.preload(role)
     while True:
-        remote = Remote(runners.take(), arena, runners.settings.device, who=who)
+        remote = Remote(
+            runners.take(), arena, runners.settings.device, who=who, timeout_s=timeout_s
+        )
         try:
-            remote.start(source, trusted=trusted, role=role)
+            remote.start(source, trusted=trusted, role=role, compiled=compiled)
             return remote
         except CageBroke as exc:
             remote.close()
