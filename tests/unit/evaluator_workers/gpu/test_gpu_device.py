@@ -107,3 +107,21 @@ def test_a_hung_job_fails_the_jobs_in_flight_with_it_and_the_next_gets_a_fresh_p
         assert beside.fault and "did not finish" in beside.error
         assert _value(device.run("whoami", None, timeout_s=60))["pid"] != pid
         assert device.restarts == 1
+
+
+def test_the_generic_info_job_answers_while_another_job_holds_the_device() -> None:
+    pytest.importorskip("torch")
+    with DeviceProcess(None, jobs={"hold": FAKE["hold"]}) as device:
+        _value(device.run("info", None, timeout_s=120))  # torch imported
+        answered: list[float] = []
+
+        def ask_info() -> None:
+            time.sleep(0.5)  # the hold has the device by now
+            _value(device.run("info", None, timeout_s=60))
+            answered.append(time.monotonic())
+
+        asking = threading.Thread(target=ask_info)
+        asking.start()
+        held = _value(device.run("hold", 3.0, timeout_s=60))
+        asking.join(timeout=60)
+        assert answered and answered[0] < held[1]  # while the hold still held the device
