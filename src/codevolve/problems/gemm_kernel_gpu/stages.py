@@ -117,7 +117,11 @@ class GpuKernelStage:
         }
         result = self.judge(merged, device_index=device.index, confirm=confirm)
         from_store = sum(1 for s in shapes if s in answered.stored)
-        artifacts = {**result.artifacts, "from_store": f"{from_store}/{len(shapes)}"}
+        artifacts = {
+            **result.artifacts,
+            "from_store": f"{from_store}/{len(shapes)}",
+            **_pipeline_artifacts(value),
+        }
         fresh = stored.fresh_timings(answered, value, rows) if result.passed else ()
         return dataclasses.replace(result, artifacts=artifacts, launch_timings=fresh)
 
@@ -209,6 +213,23 @@ class GpuKernelStage:
             feedback=feedback,
             artifacts={"device_index": str(device_index), "device_name": str(info.get("name"))},
         )
+
+
+def _pipeline_artifacts(value: dict[str, Any]) -> dict[str, str]:
+    """How the device's pipeline judged it (kernel_jobs.py's reply): seconds in the compile
+    lane, kernels its timing runner started with and compiled itself, judgings in its timing
+    lane's pass."""
+    compiled = value.get("compile")
+    lane = value.get("lane")
+    found: dict[str, str] = {}
+    if isinstance(compiled, dict) and isinstance(compiled.get("seconds"), int | float):
+        found["compile_s"] = f"{float(compiled['seconds']):.3f}"
+    for name in ("compiled_ahead", "compiled_late"):
+        if isinstance(value.get(name), int):
+            found[name] = str(value[name])
+    if isinstance(lane, dict) and isinstance(lane.get("judgings"), int):
+        found["lane_pass_judgings"] = str(lane["judgings"])
+    return found
 
 
 def probe_stage() -> GpuKernelStage:

@@ -4,8 +4,9 @@
 ...], "seed": int, "samples": int, "time": bool}`` -> ``{"device": info, "load_error": str,
 "load_s": float, "problems": [str per checked shape], "timings": [Timing as a dict per shape,
 with "batch" (calls per timed batch), "graph" (whether a CUDA graph ran them) and "eager_why"],
-"isolation": {layer: held}, "seconds": {...}, "compiled_ahead": kernel files the runner started
-with, "compile": {"ahead", "complete", "seconds", "note"}, "lane": {"pass", "judgings"}}``. Every
+"isolation": {layer: held}, "seconds": {...}, "compiled_ahead": kernels (cubins) the runner
+started with, "compiled_late": kernels it compiled itself, "compile": {"ahead", "complete",
+"seconds", "note"}, "lane": {"pass", "judgings"}}``. Every
 shape of ``check_shapes`` (ragged ones, say), then of ``shapes``, is checked first (fresh inputs,
 three distributions); the first wrong shape ends the job (its problem is the last entry of
 ``problems``, nothing is timed). ``shapes`` may be empty when ``check_shapes`` is not (the

@@ -23,6 +23,7 @@ Imported only in the device process and in tests (needs torch).
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import random
 import secrets
 import time
@@ -130,6 +131,7 @@ def new_reply(device: str) -> dict[str, Any]:
         "problems": [],
         "timings": [],
         "compiled_ahead": 0,  # kernels the runner started with (compiled in the compile lane)
+        "compiled_late": 0,  # kernels the runner compiled itself (none where the lane did all)
         "isolation": {},
         "seconds": {"start": 0.0, "check": 0.0, "time": 0.0, "reference": 0.0},
     }
@@ -185,6 +187,7 @@ class Judging:
         self.arena: Arena | None = None
         self.remote: Remote | None = None
         self.layers: dict[str, bool] = {}
+        self.ahead = 0  # compiled kernels the runner started with
 
     def run(self) -> dict[str, Any]:
         """Load, check and time the candidate; its runner ended. The reply's timings are filled
@@ -199,7 +202,7 @@ class Judging:
         try:
             self.start()
             reply["isolation"] = self.layers
-            reply["compiled_ahead"] = self.remote.seeded if self.remote is not None else 0
+            reply["compiled_ahead"] = self.ahead = self._cubins()
             _lap(reply, "start", started)
             self.check(reply["problems"])
             reply["load_s"] = time.perf_counter() - started  # start, load, compile, check
@@ -289,8 +292,17 @@ class Judging:
                 break
             row.graph, row.why, row.candidate = batch.graph, batch.why, times
         reply["seconds"]["time"] = time.perf_counter() - started
+        reply["compiled_late"] = self._cubins() - self.ahead
         self.remote.close()
         self.remote = None
+
+    def _cubins(self) -> int:
+        """Compiled kernels in the runner's Triton cache, counted by the judge (the runner is
+        stopped or not started): those it started with, then those it compiled itself."""
+        if self.remote is None:
+            return 0
+        folder = os.path.join(self.remote.runner.scratch, "triton")
+        return sum(name.endswith(".cubin") for _, _, files in os.walk(folder) for name in files)
 
     def wanted(self) -> list[tuple[Shape, Plan]]:
         """The (shape, plan) pairs whose cuBLAS time :meth:`finish` needs."""
