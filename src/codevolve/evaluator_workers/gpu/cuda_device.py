@@ -54,9 +54,7 @@ def info_job(payload: object, alive: Callable[[], None] | None = None) -> dict[s
     """The generic ``info`` device job: the device this process holds, with the libraries'
     versions; a device process that sees no GPU (``--gpus cpu``) describes its CPU."""
     del payload, alive
-    if not torch.cuda.is_available():
-        return device_info("cpu")
-    info = cuda_device_info()
+    info = cuda_device_info() if torch.cuda.is_available() else device_info("cpu")
     try:
         import triton
     except ImportError:  # a KernelBench judge runs without Triton
