@@ -61,21 +61,25 @@ CPU_ENV = {
     "CODEVOLVE_KB_DEVICE": "cpu",
     "CODEVOLVE_KERNEL_COMPILE_TARGET": "cuda:90",
 }
-# (regime test, the bound a dispatch-only child tightens it to, variant, parameter choices)
+# (the rule's test, the test a dispatch-only child tightens it to, variant, parameter choices):
+# rules over a regime and over part of one, as the simulated proposer's moves write them
 RULES: tuple[tuple[str, str, str, tuple[tuple[int, ...], ...]], ...] = (
     ("M <= 16", "M <= 8", "split_k", tuple(
         (16, bn, 128, 4, s, k) for bn in (64, 128) for s in (3, 4, 5) for k in (2, 4, 8)
     )),
-    ("M <= 16", "M <= 8", "plain", tuple(
+    ("M <= 16 and N >= 8192", "M <= 8 and N >= 8192", "plain", tuple(
         (16, bn, bk, 4, s, 1) for bn in (32, 64, 128) for bk in (64, 128) for s in (3, 4, 5)
     )),
     ("M > 16 and M <= 512", "M > 32 and M <= 512", "tma", tuple(
         (bm, bn, 64, 4, s, 8) for bm in (64, 128) for bn in (64, 128) for s in (3, 4, 5)
     )),
+    ("M > 128 and M <= 512", "M > 192 and M <= 512", "plain", tuple(
+        (64, bn, 64, w, s, 8) for bn in (64, 128) for w in (4, 8) for s in (3, 4, 5)
+    )),
     ("M >= 1024", "M >= 2048", "tma_persistent", tuple(
         (128, 128, 64, w, s, 8, f) for w in (4, 8) for s in (3, 4, 5) for f in (0, 1)
     )),
-    ("M >= 1024", "M >= 2048", "persistent", tuple(
+    ("M >= 1024 and N <= 8192", "M >= 2048 and N <= 8192", "persistent", tuple(
         (128, 128, 64, w, s, 8) for w in (4, 8) for s in (3, 4, 5)
     )),
 )  # fmt: skip
@@ -216,6 +220,7 @@ def summary(records: Sequence[tuple[Child, dict[str, Any]]], wall: float) -> dic
         compiled = [float(s["compile_s"]) for s in ran if s["compile_s"]]
         return {
             "evaluations": len(ran),
+            "median_new_shapes": median([float(_new_shapes(s)) for s in ran]),
             "median_s": median([s["s"] for s in ran]),
             "median_compile_s": median(compiled),
             "device_jobs": len(compiled),  # the others were answered by the store alone
@@ -223,6 +228,7 @@ def summary(records: Sequence[tuple[Child, dict[str, Any]]], wall: float) -> dic
         }
 
     names = sorted({name for _, r in records for name in r["stages"]})
+    new = sum(_new_shapes(s) for _, r in records for s in r["stages"].values())
     errors = {s["error"] for _, r in records for s in r["stages"].values() if s["error"]}
     return {
         "children": len(records),
@@ -231,9 +237,19 @@ def summary(records: Sequence[tuple[Child, dict[str, Any]]], wall: float) -> dic
         "wall_s": round(wall, 2),
         "evaluations_per_min": round(60 * len(records) / wall, 1) if wall > 0 else None,
         "median_evaluation_s": median([r["s"] for _, r in records]),
+        # timed shapes the store did not hold (each checked and timed on the device), and the
+        # wall seconds per one of them: the device's cost of a shape while the lane is full
+        "new_shapes": new,
+        "wall_s_per_new_shape": round(wall / new, 3) if new else None,
         "stages": {name: of_stage(name) for name in names},
         "errors": sorted(errors)[:5],
     }
+
+
+def _new_shapes(stage: dict[str, Any]) -> int:
+    """Timed shapes of a stage that the store did not answer (from its ``from_store`` a/b)."""
+    held, _, judged = str(stage.get("from_store") or "").partition("/")
+    return int(judged) - int(held) if held.isdigit() and judged.isdigit() else 0
 
 
 def gpu_children(count: int, seed: int) -> list[Child]:

@@ -14,7 +14,7 @@ the 12 between them of validation): 69 shapes, every regime and every M bound a 
 out met, and the seen projections taken in turn (the least used first), so that each is timed
 at two or three token counts and no (N, K) pair dominates. The probe's six shapes are among
 them. Which shapes they are is fixed, so that the launch store's timings of one child stand for
-the next.
+the next. (Each is timed in 7 batches now, not 12: stages.SAMPLES.)
 
 The test split is never selected on: the GPU stage times it only on the first sample of a
 would-be best's re-measure (``Task.remeasure`` 1; controller/confirmation.py), whose figures
