@@ -67,7 +67,6 @@ class Remote:
         self.who = who  # the program as problems name it ("ModelNew", "cuBLAS", ...)
         self.imports = CudaImports() if device == "cuda" else None
         self.layers: dict[str, bool] = {}
-        self.seeded = 0  # compiled kernels copied into the runner's cache before it started
         self.cache: str | None = None  # the per-source folder the runner may write, if any
 
     def start(self, source: str, *, trusted: bool, role: str, compiled: str | None = None) -> None:
@@ -80,7 +79,7 @@ class Remote:
         if compiled is None:
             self.cache = self.runner.kernel_cache(source)
         else:
-            self.seeded = self.runner.seed_kernels(compiled)
+            self.runner.seed_kernels(compiled)
         message = {"op": "attach", "arena": self.arena.handle.as_json(), "cache": self.cache}
         reply = self.ask(message, fds=fds)
         if "cage_broke_device" in reply:

@@ -225,15 +225,14 @@ class Runner:
                     os.chown(os.path.join(path, name), self.uid, self.uid, follow_symlinks=False)
         return folder
 
-    def seed_kernels(self, folder: str) -> int:
+    def seed_kernels(self, folder: str) -> None:
         """Copy the compiled kernels in ``folder`` (a compile runner's per-source cache, which
         that runner could write) into this runner's own Triton cache, before it attaches: the
         regular files only, each opened below its folder without following a link (os.fwalk),
         never a link, a device or anything else a candidate could have left there to make the
-        judge read what it should not; at most :data:`SEED_MAX_BYTES` in all. The number of
-        files copied."""
+        judge read what it should not; at most :data:`SEED_MAX_BYTES` in all."""
         target = os.path.join(self.scratch, "triton")
-        copied, budget = 0, SEED_MAX_BYTES
+        budget = SEED_MAX_BYTES
         for path, _dirs, files, dir_fd in os.fwalk(folder, follow_symlinks=False):
             for name in files:
                 if ".tmp" in name:  # a file Triton was still writing
@@ -242,13 +241,11 @@ class Runner:
                 size = _copy_regular(name, dir_fd, os.path.join(target, relative), budget)
                 if size is not None:
                     budget -= size
-                    copied += 1
         if self.uid is not None:
             for path, _dirs, files in os.walk(target):
                 os.chown(path, self.uid, self.uid)
                 for name in files:
                     os.chown(os.path.join(path, name), self.uid, self.uid, follow_symlinks=False)
-        return copied
 
     def alive(self) -> bool:
         """Running (or stopped), not ended: a zombie waiting for the zygote counts as ended."""

@@ -110,7 +110,6 @@ class CompileLane:
             settings = RunnerSettings(device="cpu", compile_only=True, rules=rules)
             self._runners = RunnerPool(settings, warm=self.width)
             self._runners.preload(COMPILE_ROLE)
-        self.compiles = 0  # compile runners run so far
 
     @property
     def enabled(self) -> bool:
@@ -126,13 +125,13 @@ class CompileLane:
             return Compiled(load_error=refused)
         wanted = frozenset(shapes)
         digest = source_digest(source)
-        started = time.perf_counter()
-        with self._slots, self._source(digest):
+        with self._source(digest):  # waiting here holds no slot: another program may compile
             with self._lock:
                 kept = self._kept.get(digest)
             if kept is not None and wanted <= kept.complete:
                 return Compiled(folder=kept.folder, complete=True)
-            compiled = self._run(source, sorted(wanted), started)
+            with self._slots:
+                compiled = self._run(source, sorted(wanted), time.perf_counter())
             if compiled.folder is not None:
                 done = wanted if compiled.complete else frozenset()
                 with self._lock:
@@ -151,7 +150,6 @@ class CompileLane:
                 self._runners, arena, source,
                 trusted=False, role=COMPILE_ROLE, who=ENTRY_POINT, timeout_s=self.timeout_s,
             )  # fmt: skip
-            self.compiles += 1
             left = max(1.0, self.timeout_s - (time.perf_counter() - started))
             calls = [[m, n, k, workspace_elements(m, n, self.device)] for m, n, k in shapes]
             message = {

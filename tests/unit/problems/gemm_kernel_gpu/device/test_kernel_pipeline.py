@@ -30,7 +30,7 @@ from codevolve.problems.gemm_kernel_gpu.kernel_source import initial_program
 from tests.kernel_judging import HONEST
 
 SHAPE = (8, 32, 64)
-COMPILE_TIMEOUT_S = 8.0
+COMPILE_TIMEOUT_S = 60.0
 # A program whose host code spins while it is compiled (on meta tensors), and runs right.
 SLOW_COMPILE = """
 def matmul(x, w, y, workspace, num_sms):
@@ -133,8 +133,9 @@ def test_a_slow_compile_does_not_hold_the_timing_lane(runners: RunnerPool) -> No
 
 
 def test_a_compile_that_never_ends_fails_that_program_alone(runners: RunnerPool) -> None:
-    pipeline = _pipeline(runners, compile_timeout_s=3.0)
+    pipeline = _pipeline(runners, compile_timeout_s=10.0)
     try:
+        assert pipeline.compile_lane.compile(HONEST, [SHAPE]).complete  # its runners started
         judged = _Judged(pipeline)
         judged.start("hangs", NEVER_COMPILES)
         time.sleep(0.2)
@@ -143,7 +144,7 @@ def test_a_compile_that_never_ends_fails_that_program_alone(runners: RunnerPool)
     finally:
         pipeline.close()
     hangs = judged.replies["hangs"]
-    assert "compiling its kernels took longer than 3 s" in hangs["load_error"]
+    assert "compiling its kernels took longer than 10 s" in hangs["load_error"]
     assert hangs["timings"] == [] and "lane" not in hangs  # it never reached the device
     assert _right(judged.replies["honest"])
     assert judged.done_at["honest"] < judged.done_at["hangs"] + 60
