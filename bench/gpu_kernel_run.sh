@@ -2,7 +2,8 @@
 # gemm-kernel-gpu steps on the GPU machine; outputs land in $OUT (default ./gpu-out). Usage:
 #   bash bench/gpu_kernel_run.sh STEP...   with STEP in setup tests probe variants pipeline evolve pause
 #   evaluate
-# tests: the GPU harness tests (TESTS_K=EXPR: only those pytest -k selects).
+# tests: the GPU harness and pipeline tests (TESTS_FILES: other files; TESTS_K=EXPR: only those
+#   pytest -k selects).
 # probe: single kernels timed alone (bench/gpu_kernel_probe.py: K splits of mid-size tiles, and
 #   the L2's state after the flush; the kernels cuBLAS runs per selection shape).
 #   PROBE_SECTIONS="cublas": only those sections.
@@ -46,8 +47,9 @@ for step in "$@"; do
       nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv
       ;;
     tests)
-      timeout 300 python3 -m pytest -c /dev/null --rootdir . -p no:cacheprovider -q \
-        -W ignore::pytest.PytestUnknownMarkWarning tests/gpu/test_kernel_harness.py \
+      timeout 540 python3 -m pytest -c /dev/null --rootdir . -p no:cacheprovider -q \
+        -W ignore::pytest.PytestUnknownMarkWarning \
+        ${TESTS_FILES:-tests/gpu/test_kernel_harness.py tests/gpu/test_kernel_pipeline_gpu.py} \
         ${TESTS_K:+-k "$TESTS_K"} 2>&1 \
         | tee "$OUT/kernel_tests.log" | tail -30
       ;;
