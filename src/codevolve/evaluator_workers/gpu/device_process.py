@@ -14,7 +14,8 @@ a device process never imports what its jobs do not need (Triton, for a KernelBe
 
 Several jobs may be in flight at once (one per worker loop that shares the device): each runs in
 a thread of the child. A job holds the device (:func:`device_lane`) for its whole run, so two
-jobs never time on it together, unless its module names it in ``CONCURRENT_JOBS``: such a job
+jobs never time on it together, and its timeout counts from when it got the device, as when
+the worker sent one job at a time; unless its module names it in ``CONCURRENT_JOBS``: such a job
 (a pipeline that compiles on the host's cores while the device times other programs) takes the
 lane itself for what needs it, and is called as ``function(payload, alive)``; ``alive()`` tells
 the worker the job is still moving (it restarts the job's deadline), so that a job queued behind
@@ -47,6 +48,7 @@ GENERIC_JOBS = {"info": "codevolve.evaluator_workers.gpu.cuda_device:info_job"}
 START_TIMEOUT_S = 120.0  # seconds: importing torch and creating a CUDA context
 MAX_ERROR_CHARS = 2000
 STOP_GRACE_S = 10.0  # seconds a child gets to exit on its own before it is killed
+QUEUED_ALIVE_S = 1.0  # a job waiting for the device says it is alive this often
 
 _LANE = threading.Lock()
 
@@ -336,8 +338,14 @@ def _run_job(table: JobTable, out: _Replies, number: int, job: str, payload: Any
         if table.concurrent(job):
             value = function(payload, lambda: out.send("alive", number, None))
         else:
-            with device_lane():
+            lane = device_lane()
+            while not lane.acquire(timeout=QUEUED_ALIVE_S):
+                out.send("alive", number, None)  # queued behind another job, not hung
+            try:
+                out.send("alive", number, None)  # its deadline counts from its start
                 value = function(payload)
+            finally:
+                lane.release()
         out.send("ok", number, value)
     except BaseException as exc:  # noqa: BLE001 - the device boundary: report, then die
         text = "".join(traceback.format_exception_only(exc)).strip()[:MAX_ERROR_CHARS]

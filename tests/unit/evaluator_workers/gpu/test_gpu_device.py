@@ -125,3 +125,10 @@ def test_the_generic_info_job_answers_while_another_job_holds_the_device() -> No
         held = _value(device.run("hold", 3.0, timeout_s=60))
         asking.join(timeout=60)
         assert answered and answered[0] < held[1]  # while the hold still held the device
+
+
+def test_a_job_queued_for_the_device_is_not_timed_out_while_it_waits() -> None:
+    with DeviceProcess(None, jobs=FAKE) as device:
+        _value(device.run("whoami", None, timeout_s=60))
+        first, second = _together(device, [("hold", 1.5, 2.5), ("hold", 1.5, 2.5)])
+        assert not _overlap(_value(first), _value(second))  # the second ran 3 s after it was sent
