@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # gemm-kernel-gpu steps on the GPU machine; outputs land in $OUT (default ./gpu-out). Usage:
-#   bash bench/gpu_kernel_run.sh STEP...   with STEP in setup tests probe variants evolve pause evaluate
-# tests: the GPU harness tests (TESTS_K=EXPR: only those pytest -k selects).
+#   bash bench/gpu_kernel_run.sh STEP...   with STEP in setup tests probe variants pipeline evolve pause
+#   evaluate
+# tests: the GPU harness and pipeline tests (TESTS_FILES: other files; TESTS_K=EXPR: only those
+#   pytest -k selects).
 # probe: single kernels timed alone (bench/gpu_kernel_probe.py: K splits of mid-size tiles, and
 #   the L2's state after the flush; the kernels cuBLAS runs per selection shape).
 #   PROBE_SECTIONS="cublas": only those sections.
@@ -9,7 +11,11 @@
 # variants: every kernel variant per regime (bench/gpu_kernel.py variants).
 # tune: retired with bench/gpu_kernel_tune.py (git show 1faea2f:bench/gpu_kernel_tune.py;
 #   docs/results-gpu-kernel.md, "How the shipped programs were built"): fails with one line.
-# evolve: `codevolve run gemm-kernel-gpu` for EVOLVE_WALL_S seconds (default 240), seed SEED; with
+# pipeline: GPU evaluations per minute through the device's pipeline (bench/gpu_kernel_pipeline.py):
+#   PIPELINE_CHILDREN children with new launches (default 40), PIPELINE_LOOPS at once (default 16),
+#   then their dispatch-only children; $OUT/pipeline.json.
+# evolve: `codevolve run gemm-kernel-gpu` for EVOLVE_WALL_S seconds (default 240), seed SEED,
+#   EVOLVE_WORKERS worker loops sharing the GPU and as many programs in flight (default 16); with
 #   RESUME=JOB it continues that job from $DB (default $OUT/kernel_evolve.sqlite); the best
 #   program goes to $OUT/kernel_evolved_best.py.
 # pause: `codevolve run gemm-kernel-gpu` (seed SEED) stopped by SIGTERM after PAUSE_S seconds
@@ -41,8 +47,9 @@ for step in "$@"; do
       nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv
       ;;
     tests)
-      timeout 300 python3 -m pytest -c /dev/null --rootdir . -p no:cacheprovider -q \
-        -W ignore::pytest.PytestUnknownMarkWarning tests/gpu/test_kernel_harness.py \
+      timeout 540 python3 -m pytest -c /dev/null --rootdir . -p no:cacheprovider -q \
+        -W ignore::pytest.PytestUnknownMarkWarning \
+        ${TESTS_FILES:-tests/gpu/test_kernel_harness.py tests/gpu/test_kernel_pipeline_gpu.py} \
         ${TESTS_K:+-k "$TESTS_K"} 2>&1 \
         | tee "$OUT/kernel_tests.log" | tail -30
       ;;
@@ -61,10 +68,11 @@ for step in "$@"; do
         job_args=(--resume "$RESUME")
       else
         job_args=(gemm-kernel-gpu --proposals "${PROPOSALS:-5000}" --seed "${SEED:-0}"
-          --in-flight 2 --max-wall-s "${EVOLVE_WALL_S:-240}")
+          --in-flight "${EVOLVE_WORKERS:-16}" --max-wall-s "${EVOLVE_WALL_S:-240}")
       fi
       timeout $((${EVOLVE_WALL_S:-240} + 180)) python3 -m codevolve.services.cli run \
-        "${job_args[@]}" --db "$DB" --workers 2 --quiet --report "$OUT/kernel_evolve_report.json" \
+        "${job_args[@]}" --db "$DB" --workers "${EVOLVE_WORKERS:-16}" --quiet \
+        --report "$OUT/kernel_evolve_report.json" \
         2>&1 | tail -25 | tee "$OUT/kernel_evolve.log"
       job=${RESUME:-$(python3 -c "import json;print(json.load(open('$OUT/kernel_evolve_report.json'))['job_id'])")}
       python3 -m codevolve.services.cli best --db "$DB" "$job" > "$OUT/kernel_evolved_best.py"
@@ -82,6 +90,10 @@ for step in "$@"; do
       "${stop[@]}" python3 -m codevolve.services.cli run --resume "$job" --db "$DB" --quiet \
         --workers 2 2>&1 | tail -5 | tee -a "$OUT/pause.log"
       python3 -m codevolve.services.cli status --db "$DB" "$job" 2>&1 | tee -a "$OUT/pause.log"
+      ;;
+    pipeline)
+      timeout 540 python3 bench/gpu_kernel_pipeline.py --children "${PIPELINE_CHILDREN:-40}" \
+        --loops "${PIPELINE_LOOPS:-16}" --out "$OUT/pipeline.json" 2>&1 | tee "$OUT/pipeline.log"
       ;;
     evaluate)
       # EVAL_PROGRAMS: the stored programs to measure (default: all of data/gemm_kernel_gpu);

@@ -163,17 +163,22 @@ def _device() -> Any:
     return device
 
 
+@pytest.mark.timeout(900)
 def test_a_kernel_that_hangs_is_ended_and_the_device_keeps_serving() -> None:
+    """Its kernels compiled ahead, a call may take COMPILED_REQUEST_TIMEOUT_S (60 s): then its
+    runner (and with it its CUDA context) is ended, the program fails, and the device process
+    serves the next judging without a restart (the judgings beside it in the pipeline live)."""
     payload = {"source": HANG, "shapes": [[16, 256, 256]], "seed": 0}
     with _device() as device:
-        hang = device.run("kernel.measure", payload, timeout_s=60)
-        assert hang.fault and "timed out" in hang.error, hang
+        hang = device.run("kernel.measure", payload, timeout_s=600)
+        assert hang.ok and not hang.fault, hang.error
+        assert "did not answer in time" in hang.value["problems"][-1], hang.value
         honest = {"source": _program(), "shapes": [[16, 256, 256]], "samples": 3}
         reply = device.run("kernel.measure", honest, timeout_s=120)
         assert reply.ok, reply.error
         assert reply.value["problems"] == [""]
         assert reply.value["timings"][0]["status"] == "ok"
-        assert device.restarts == 1
+        assert device.restarts == 0
 
 
 class _Source:

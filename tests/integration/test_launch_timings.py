@@ -100,7 +100,7 @@ async def test_the_controller_writes_fresh_timings_and_sends_them_with_gpu_tasks
     keys_fn = keys_of(problem)
     assert keys_fn is not None
     keys = keys_fn(initial_program())
-    assert keys is not None and len(keys) > 100
+    assert keys is not None and len(keys) > 50  # the probe, ragged and selection shapes
     async with sessions.begin() as session:
         job = await repository.create_job(session, run_config())
     store = JobStore(sessions, job.id)

@@ -47,12 +47,16 @@ class SandboxedCandidate:
         limits: SandboxLimits,
         pool: SandboxPool,
         stored_timings: tuple[StoredTiming, ...] = (),
+        remeasure: int = 0,
     ) -> None:
         self._source = source
         self._limits = limits
         self._pool = pool
         # what the launch store holds for this program's launches (core/launch_store.py)
         self.stored_timings = stored_timings
+        # the task's Task.remeasure: 0 for an evaluation that selection reads, k >= 1 for the
+        # k-th sample confirming a would-be best (a stage may time its held-out cases then)
+        self.remeasure = remeasure
 
     @property
     def source(self) -> str:
@@ -86,7 +90,11 @@ def run_cascade(
     and the task should go to another.
     """
     candidate = SandboxedCandidate(
-        task.source, limits=task.limits, pool=pool, stored_timings=task.stored_timings
+        task.source,
+        limits=task.limits,
+        pool=pool,
+        stored_timings=task.stored_timings,
+        remeasure=task.remeasure,
     )
     # Fresh inputs per evaluation, reproducible; a resumed cascade draws from its own stream.
     seed = task.seed if task.start_stage == 0 else [task.seed, task.start_stage]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -294,8 +294,16 @@ class JobTransaction:
             self._session, self._job_id, above=above, exclude=exclude, limit=limit
         )
 
-    async def record_remeasure(self, program_id: ProgramId, verdict: Remeasure) -> bool:
-        return await repository.record_remeasure(self._session, program_id, verdict)
+    async def record_remeasure(
+        self,
+        program_id: ProgramId,
+        verdict: Remeasure,
+        *,
+        heldout: Mapping[str, float] | None = None,
+    ) -> bool:
+        return await repository.record_remeasure(
+            self._session, program_id, verdict, heldout=heldout
+        )
 
     async def set_best(self, program_id: ProgramId, score: float) -> None:
         await repository.set_job_best(self._session, self._job_id, program_id, score)

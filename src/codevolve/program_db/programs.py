@@ -335,10 +335,17 @@ async def mark_failed(session: AsyncSession, program_id: ProgramId, reason: str)
 
 
 async def record_remeasure(
-    session: AsyncSession, program_id: ProgramId, remeasure: Remeasure
+    session: AsyncSession,
+    program_id: ProgramId,
+    remeasure: Remeasure,
+    *,
+    heldout: Mapping[str, float] | None = None,
 ) -> bool:
     """Record the re-measure of an evaluated program, once; False if it already has one (or is
-    not evaluated). Its own status and figures stay as they are."""
+    not evaluated). Its own status and figures stay as they are, but for ``heldout``: the
+    held-out figures a sample measured, given where the program's own evaluation measured none
+    (a problem that times its held-out cases only to confirm a would-be best)."""
+    extra = {} if not heldout else {"heldout": json_numbers(heldout)}
     result = await session.execute(
         update(ProgramRow)
         .where(
@@ -350,6 +357,7 @@ async def record_remeasure(
             verdict=remeasure.verdict.value,
             confirmed_score=finite_or_none(remeasure.confirmed),
             remeasure=remeasure_to_dict(remeasure),
+            **extra,
         )
         .execution_options(**_NO_SYNC)
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,13 +44,17 @@ def device_info(device: str) -> dict[str, Any]:
     }
 
 
-def info_job(payload: object) -> dict[str, object]:
+# ``info`` reads the device's properties and never runs on it: it does not wait for the device
+# (device_process.py), so a stage that only asks what the device is answers in milliseconds
+# while other programs are timed.
+CONCURRENT_JOBS = frozenset({"info_job"})
+
+
+def info_job(payload: object, alive: Callable[[], None] | None = None) -> dict[str, object]:
     """The generic ``info`` device job: the device this process holds, with the libraries'
     versions; a device process that sees no GPU (``--gpus cpu``) describes its CPU."""
-    del payload
-    if not torch.cuda.is_available():
-        return device_info("cpu")
-    info = cuda_device_info()
+    del payload, alive
+    info = cuda_device_info() if torch.cuda.is_available() else device_info("cpu")
     try:
         import triton
     except ImportError:  # a KernelBench judge runs without Triton

@@ -51,28 +51,54 @@ class CageBroke(Exception):
 class Remote:
     """One program in one runner, fed through one arena: the judge's handle on it."""
 
-    def __init__(self, runner: Runner, arena: Arena, device: str, *, who: str) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        arena: Arena,
+        device: str,
+        *,
+        who: str,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
         self.runner = runner
+        self.timeout_s = timeout_s  # seconds one request may take
         self.arena = arena
         self.device = device
         self.who = who  # the program as problems name it ("ModelNew", "cuBLAS", ...)
         self.imports = CudaImports() if device == "cuda" else None
         self.layers: dict[str, bool] = {}
+        self.cache: str | None = None  # the per-source folder the runner may write, if any
 
-    def start(self, source: str, *, trusted: bool, role: str, compiles: bool = False) -> None:
+    def start(
+        self,
+        source: str,
+        *,
+        trusted: bool,
+        role: str,
+        compiles: bool = False,
+        compiled: str | None = None,
+    ) -> None:
         """Attach the arena (the runner enters its cage) and load ``source`` in ``role`` (the
-        dotted name of a runner role's module: runner_role.py). ``compiles``: a trusted program
-        that ``torch.compile`` will compile, given the pool's compile cache where it has one
-        (compile_cache.py) instead of the per-source kernel cache."""
+        dotted name of a runner role's module: runner_role.py). The runner's Triton cache is
+        the folder kept for ``source`` across judgings (Runner.kernel_cache); with ``compiled``
+        (a compile runner's folder for this source) a copy of that folder's kernels in its own
+        scratch (Runner.seed_kernels), which it alone writes; with ``compiles`` (a trusted
+        program that ``torch.compile`` will compile) the pool's compile cache where it has one
+        (compile_cache.py)."""
         if compiles and not trusted:
             raise ValueError("only a trusted program is given the compile cache")
         fds = [] if self.arena.fd is None else [self.arena.fd]
         lent = self.runner.compile_cache() if compiles else None
-        cache = lent or self.runner.kernel_cache(source)
+        if lent is not None:
+            self.cache = lent
+        elif compiled is None:
+            self.cache = self.runner.kernel_cache(source)
+        else:
+            self.runner.seed_kernels(compiled)
         message = {
             "op": "attach",
             "arena": self.arena.handle.as_json(),
-            "cache": cache,
+            "cache": self.cache,
             "compiled": lent is not None,
         }
         reply = self.ask(message, fds=fds)
@@ -89,7 +115,7 @@ class Remote:
     def ask(self, message: dict[str, Any], *, fds: Sequence[int] = ()) -> dict[str, Any]:
         """A request; a problem the program caused becomes :class:`CandidateProblem`."""
         try:
-            reply = self.runner.request(message, timeout_s=REQUEST_TIMEOUT_S, fds=fds)
+            reply = self.runner.request(message, timeout_s=self.timeout_s, fds=fds)
         except RunnerGone as exc:
             raise CandidateProblem(f"the {self.who} process failed: {exc}") from None
         if "problem" in reply:
@@ -174,17 +200,21 @@ def start_remote(
     role: str,
     who: str,
     compiles: bool = False,
+    compiled: str | None = None,
+    timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> Remote:
-    """A runner with ``source`` loaded in ``role`` (runner_role.py), named ``who`` in problems
-    (``compiles``: :meth:`Remote.start`).
+    """A runner with ``source`` loaded in ``role`` (runner_role.py), named ``who`` in problems;
+    ``compiles`` and ``compiled``: Remote.start's; ``timeout_s``: what one request to it may take.
     A runner whose device broke inside its cage (a kernel whose Landlock version filters device
     ioctls, say) is ended, and the pool drops the layers that machine cannot hold, one at a
     time, before the program is given to another."""
     runners.preload(role)
     while True:
-        remote = Remote(runners.take(), arena, runners.settings.device, who=who)
+        remote = Remote(
+            runners.take(), arena, runners.settings.device, who=who, timeout_s=timeout_s
+        )
         try:
-            remote.start(source, trusted=trusted, role=role, compiles=compiles)
+            remote.start(source, trusted=trusted, role=role, compiles=compiles, compiled=compiled)
             return remote
         except CageBroke as exc:
             remote.close()

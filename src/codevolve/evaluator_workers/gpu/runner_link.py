@@ -29,6 +29,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 RUNNER_MODULE = "codevolve.evaluator_workers.gpu.runner"
 HEADER_BYTES = 4
 MAX_REPLY = 4 << 20  # bytes of one reply
+SEED_MAX_BYTES = 256 << 20  # compiled kernels copied into one runner
 START_TIMEOUT_S = 180.0
 STOP_WAIT_S = 2.0  # for every thread of a paused runner's processes to be seen stopped
 RUNNER_UID_BASE = 230_000  # runners' uids, when the judge runs as root (the CPU sandbox's are
@@ -81,6 +83,9 @@ class RunnerSettings:
     # runner (compile_cache.py; "": none, a trusted runner compiles into its scratch folder)
     compile_cache: str = ""
     roles: tuple[str, ...] = ()  # runner roles' modules the zygote imports ahead (runner_role.py)
+    # A runner that compiles kernels and runs none (device "cpu"): no GPU at all (none visible,
+    # no device file it may write or ioctl), and Triton compiling for real, not interpreted.
+    compile_only: bool = False
 
 
 class Zygote:
@@ -97,7 +102,7 @@ class Zygote:
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", RUNNER_MODULE, json.dumps(payload)],
-                env=_environment(self.home, settings.device),
+                env=_environment(self.home, settings),
                 cwd=self.home,
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
@@ -184,7 +189,11 @@ class Runner:
             "limits": vars_of(settings.limits),
             "threads": settings.threads,
             "rules": settings.rules,
-            "device_files": gpu_device_files() if settings.device == "cuda" else [],
+            "device_files": (
+                gpu_device_files()
+                if settings.device == "cuda" and not settings.compile_only
+                else []
+            ),
             "environment": _scratch_environment(self.scratch),
             "roles": list(settings.roles),
             "hidden": [os.path.realpath(settings.compile_cache)] if settings.compile_cache else [],
@@ -231,6 +240,28 @@ class Runner:
         if self._lease is None:
             self._lease = compile_cache.lend(self.settings.compile_cache, self.uid)
         return None if self._lease is None else self._lease.folder
+
+    def seed_kernels(self, folder: str) -> None:
+        """Copy the compiled kernels in ``folder`` (a compile runner's per-source cache, which
+        that runner could write) into this runner's own Triton cache, before it attaches: the
+        regular files only, each opened below its folder without following a link (os.fwalk),
+        never a link, a device or anything else a candidate could have left there to make the
+        judge read what it should not; at most :data:`SEED_MAX_BYTES` in all."""
+        target = os.path.join(self.scratch, "triton")
+        budget = SEED_MAX_BYTES
+        for path, _dirs, files, dir_fd in os.fwalk(folder, follow_symlinks=False):
+            for name in files:
+                if ".tmp" in name:  # a file Triton was still writing
+                    continue
+                relative = os.path.relpath(os.path.join(path, name), folder)
+                size = _copy_regular(name, dir_fd, os.path.join(target, relative), budget)
+                if size is not None:
+                    budget -= size
+        if self.uid is not None:
+            for path, _dirs, files in os.walk(target):
+                os.chown(path, self.uid, self.uid)
+                for name in files:
+                    os.chown(os.path.join(path, name), self.uid, self.uid, follow_symlinks=False)
 
     def alive(self) -> bool:
         """Running (or stopped), not ended: a zombie waiting for the zygote counts as ended."""
@@ -450,12 +481,34 @@ class RunnerPool:
             shutil.rmtree(self.settings.cache_root, ignore_errors=True)
 
 
+def _uses_gpu(settings: RunnerSettings) -> bool:
+    return settings.device == "cuda" and not settings.compile_only
+
+
 def vars_of(limits: RunnerLimits) -> dict[str, int]:
     return {name: getattr(limits, name) for name in RunnerLimits.__dataclass_fields__}
 
 
 def _next_uid() -> int:
     return RUNNER_UID_BASE + RUNNER_UIDS * (os.getpid() % 4096) + next(_uids) % RUNNER_UIDS
+
+
+def _copy_regular(name: str, dir_fd: int, destination: str, budget: int) -> int | None:
+    """Copy ``name`` of the folder ``dir_fd`` to ``destination`` if it is a regular file with
+    one link and at most ``budget`` bytes (opened without following a link): its size, or None
+    where it was not copied."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as held:
+        info = os.fstat(held.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size > budget:
+            return None
+        os.makedirs(os.path.dirname(destination), exist_ok=True)
+        with open(destination, "wb") as out:
+            shutil.copyfileobj(held, out)
+    return int(info.st_size)
 
 
 def _scratch_environment(scratch: str) -> dict[str, str]:
@@ -468,9 +521,10 @@ def _scratch_environment(scratch: str) -> dict[str, str]:
     }
 
 
-def _environment(scratch: str, device: str) -> dict[str, str]:
+def _environment(scratch: str, settings: RunnerSettings) -> dict[str, str]:
     """The runner's whole environment: no variable of the worker's but a few CUDA/Triton ones.
-    On the CPU, Triton's interpreter (the only way its kernels run there)."""
+    On the CPU, Triton's interpreter (the only way its kernels run there), but for a compile
+    runner, which sees no GPU and compiles for the judge's."""
     package_root = str(Path(__file__).resolve().parents[3])  # the folder holding codevolve/
     env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
     env.update(
@@ -480,7 +534,10 @@ def _environment(scratch: str, device: str) -> dict[str, str]:
         PYTHONPATH=package_root,
         PYTHONDONTWRITEBYTECODE="1",
     )
-    if device == "cpu":
+    if settings.compile_only:
+        env.pop("TRITON_INTERPRET", None)
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif settings.device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     return env
 

@@ -7,15 +7,17 @@ scheduling) and a dispatch by shape; the initial program is gemm-tiling-gpu's ke
 pointer loads, one program per tile) with that problem's best config rule
 (data/gemm_tiling_gpu/programs/gpu_evolved_best.py).
 
-Metric: geomean over the train and validation shapes (gemm-tiling's catalogue and split) of
-t_cuBLAS / t_program, each timed by the judge in batches of calls on fresh inputs whose outputs
-are checked, cuBLAS through the same path. The test shapes (held-out model families, and the seen
-projections at M values train lacks) are measured alongside and only reported.
+Metric: geomean over the selection shapes (selection.py: 69 of the train and validation shapes of
+gemm-tiling's catalogue and split, three per token count) of t_cuBLAS / t_program, each timed by
+the judge in batches of calls on fresh inputs whose outputs are checked, cuBLAS through the same
+path. The test shapes (held-out model families, and the seen projections at M values train lacks)
+are timed only to confirm a would-be best, and only reported.
 
 Cascade (stages.py): the static check on any CPU worker, then on a GPU worker a probe (ragged
-shapes checked, six shapes timed; a child keeps 90 % of its parent's probe score), then all
-shapes. The candidate's module is loaded, compiled and launched in a caged runner of the GPU
-worker's device process; the judge there owns inputs, outputs, workspace and clocks
+shapes checked, six shapes timed; a child keeps 90 % of its parent's probe score), then the
+selection shapes. The candidate's kernels are compiled in a caged compile runner without a GPU,
+then its module is loaded and launched in a caged runner of the GPU worker's device process
+(device/kernel_pipeline.py); the judge there owns inputs, outputs, workspace and clocks
 (device/kernel_judge.py). Mutations (mutations.py) add and tune kernel variants
 per regime, propose the launch families a tuner sweeps and rules on shape features
 (tuner_moves.py), recombine the best launches measured per feature bucket (recombination.py),
@@ -51,8 +53,9 @@ DESCRIPTION = (
     "workspace is fp32 scratch of at least max(4 * M * N, 2**24) elements holding "
     "garbage. Shapes are LLM projections (N, K) of several model families at M = 1..8192 "
     "tokens; the test split holds out whole model families, so a dispatch keyed on exact "
-    "(N, K) pairs does not carry over. Score: geomean over the train and validation shapes "
-    "of t_cuBLAS / t_program, timed in batches on fresh inputs whose outputs are checked, "
+    "(N, K) pairs does not carry over. Score: geomean over a fixed set of train and "
+    "validation shapes (three per token count) of t_cuBLAS / t_program, timed in batches "
+    "on fresh inputs whose outputs are checked, "
     "cuBLAS through the same path. Only Triton and math may be imported: no torch, no "
     "streams, no "
     "threads, no caching of results; every element of y must be written."

@@ -6,8 +6,10 @@
    checked on ragged shapes (M, N not multiples of any tile; K not a multiple of 64) and on the
    six probe shapes, and timed on the probe shapes against cuBLAS. A child must keep
    :data:`PROBE_KEEP` of its parent's probe score to be timed on all shapes.
-3. ``gpu``: checked and timed on gemm-tiling's train and validation shapes (the score, geomean
-   of t_cuBLAS / t over those 595) and on its test shapes (held out: reported, never selected on,
+3. ``gpu``: checked and timed on the selection shapes (selection.py: 69 of gemm-tiling's train
+   and validation shapes, three per token count; the score is the geomean of t_cuBLAS / t over
+   them). On a confirming evaluation only (the first sample of a would-be best's re-measure:
+   :func:`confirming`) the test shapes are timed too, held out (reported, never selected on,
    never shown): the held-out families' projections (``heldout.score``: no (N, K) of theirs is
    in train or validation) and the seen projections at the grid M values train lacks. Per-shape
    times are the cases proposers see.
@@ -30,6 +32,7 @@ from codevolve.core.problem import TRAIN_SCORE, Candidate, Threshold
 from codevolve.core.program import CaseResult, StageResult
 from codevolve.problems.gemm_kernel_gpu import stored
 from codevolve.problems.gemm_kernel_gpu.launches import launch_keys
+from codevolve.problems.gemm_kernel_gpu.selection import selection_shapes
 from codevolve.problems.gemm_kernel_gpu.shape_features import SMS_METRIC
 from codevolve.problems.gemm_tiling.baselines import geomean
 from codevolve.problems.gemm_tiling.shapes import GemmShape, probe_shapes, tiling_split
@@ -42,8 +45,13 @@ CASE_PREFIX = "gpu "
 # compile each kernel once more.
 RAGGED_SHAPES = ((1, 1280, 8192), (37, 384, 1056), (100, 1280, 512))
 PROBE_KEEP = Threshold(relative=0.9)
-PROBE_SAMPLES = 10
-SAMPLES = 10  # timed rounds per shape during evolution
+# Timed batches per shape (after the judge's two warm-up batches), each the mean of the calls of
+# about 20 ms of cuBLAS. 5 (was 10): 7 batches a shape instead of 12 (selection.py: what one
+# evaluation may spend); the median of 5 such means is noisier than of 10 by an amount still to
+# be measured on a GPU, and a would-be best is confirmed on fresh samples before it is reported.
+PROBE_SAMPLES = 5
+SAMPLES = 5  # timed batches per shape during evolution
+CONFIRMING_SAMPLE = 1  # the re-measure sample that times the held-out shapes (selection.py)
 # seconds: loading Python and CUDA, compiling every kernel the program launches, then the work
 PROBE_TIMEOUT_S = 300.0
 TIMEOUT_S = 900.0
@@ -55,7 +63,8 @@ class GpuKernelStage:
 
     name: str
     shapes: tuple[GemmShape, ...]  # scored
-    heldout: tuple[GemmShape, ...] = ()  # timed and reported, never scored
+    # timed and reported on a confirming evaluation only (:func:`confirming`), never scored
+    heldout: tuple[GemmShape, ...] = ()
     unseen: int = 0  # the first ``unseen`` held-out shapes are held-out families' projections
     check_shapes: tuple[tuple[int, int, int], ...] = ()
     threshold: Threshold | None = None
@@ -69,12 +78,16 @@ class GpuKernelStage:
         return StageResult(stage=self.name, passed=False, score=None, error=error)
 
     def judged_shapes(self) -> list[tuple[int, int, int]]:
-        """Every shape the stage checks or times, as (M, N, K)."""
-        timed = [(s.m, s.n, s.k) for s in (*self.shapes, *self.heldout)]
-        return [*self.check_shapes, *timed]
+        """Every shape the stage checks or times during the search, as (M, N, K)."""
+        return [*self.check_shapes, *((s.m, s.n, s.k) for s in self.shapes)]
+
+    def timed(self, *, confirm: bool) -> tuple[GemmShape, ...]:
+        """The shapes timed: the scored ones, and the held-out ones too when confirming."""
+        return (*self.shapes, *self.heldout) if confirm else self.shapes
 
     def run_on(self, candidate: Candidate, device: Device, rng: np.random.Generator) -> StageResult:
-        shapes = [(s.m, s.n, s.k) for s in (*self.shapes, *self.heldout)]
+        confirm = confirming(candidate)
+        shapes = [(s.m, s.n, s.k) for s in self.timed(confirm=confirm)]
         answered = stored.answer(
             launch_keys(candidate.source, [*self.check_shapes, *shapes]),
             getattr(candidate, "stored_timings", ()),
@@ -99,35 +112,42 @@ class GpuKernelStage:
         rows = dict(zip(answered.timed, value.get("timings", []), strict=False))
         merged = {
             **value,
-            "problems": self._problems(answered, value.get("problems", [])),
+            "problems": self._problems(answered, value.get("problems", []), shapes),
             "timings": [
                 stored.stored_row(answered.stored[s]) if s in answered.stored else rows[s]
                 for s in shapes
                 if s in answered.stored or s in rows
             ],
         }
-        result = self.judge(merged, device_index=device.index)
+        result = self.judge(merged, device_index=device.index, confirm=confirm)
         from_store = sum(1 for s in shapes if s in answered.stored)
-        artifacts = {**result.artifacts, "from_store": f"{from_store}/{len(shapes)}"}
+        artifacts = {
+            **result.artifacts,
+            "from_store": f"{from_store}/{len(shapes)}",
+            **_pipeline_artifacts(value),
+        }
         fresh = stored.fresh_timings(answered, value, rows) if result.passed else ()
         return dataclasses.replace(result, artifacts=artifacts, launch_timings=fresh)
 
-    def _problems(self, answered: stored.Answered, problems: list[str]) -> list[str]:
+    def _problems(
+        self, answered: stored.Answered, problems: list[str], shapes: list[tuple[int, int, int]]
+    ) -> list[str]:
         """The device's problems per shape sent, as the judge's list over every checked shape
         (the shapes the store answered were checked right when they were timed)."""
         if not (problems and problems[-1]):
             return []
         sent = (*answered.checks, *answered.timed)
         wrong = sent[len(problems) - 1] if len(problems) <= len(sent) else None
-        everything = (*self.check_shapes, *((s.m, s.n, s.k) for s in (*self.shapes, *self.heldout)))
+        everything = (*self.check_shapes, *shapes)
         at = everything.index(wrong) if wrong in everything else len(everything) - 1
         return [""] * at + [problems[-1]]
 
     def _failed(self, error: str) -> StageResult:
         return StageResult(stage=self.name, passed=False, score=None, error=error)
 
-    def judge(self, value: Any, *, device_index: int) -> StageResult:
-        """The stage result from the device's reply (kernel_jobs.py's format)."""
+    def judge(self, value: Any, *, device_index: int, confirm: bool = False) -> StageResult:
+        """The stage result from the device's reply (kernel_jobs.py's format) for the shapes
+        ``timed(confirm=confirm)``."""
         if value.get("load_error"):
             return self._failed(f"the program did not load: {value['load_error']}")
         problems = value.get("problems", [])
@@ -135,7 +155,7 @@ class GpuKernelStage:
             where = self._label(len(problems) - 1 - len(self.check_shapes))
             return self._failed(f"{where}: wrong result: {problems[-1]}")
         rows = value.get("timings", [])
-        shapes = (*self.shapes, *self.heldout)
+        shapes = self.timed(confirm=confirm)
         if len(rows) != len(shapes):
             return self._failed(f"the device timed {len(rows)} of {len(shapes)} shapes")
         for i, row in enumerate(rows):
@@ -169,7 +189,7 @@ class GpuKernelStage:
         if isinstance(info.get("sms"), int):
             metrics[SMS_METRIC] = float(info["sms"])  # what the tuner's moves fill (shape_features)
         held = {}
-        if self.heldout:
+        if len(ratios) > scored:  # a confirming evaluation: the held-out shapes were timed
             test = ratios[scored:]
             held = {"test_vs_cublas": geomean(test), "test_worst_vs_cublas": min(test)}
             if self.unseen:
@@ -199,6 +219,23 @@ class GpuKernelStage:
         )
 
 
+def _pipeline_artifacts(value: dict[str, Any]) -> dict[str, str]:
+    """How the device's pipeline judged it (kernel_jobs.py's reply): seconds in the compile
+    lane, kernels its timing runner started with and compiled itself, judgings in its timing
+    lane's pass."""
+    compiled = value.get("compile")
+    lane = value.get("lane")
+    found: dict[str, str] = {}
+    if isinstance(compiled, dict) and isinstance(compiled.get("seconds"), int | float):
+        found["compile_s"] = f"{float(compiled['seconds']):.3f}"
+    for name in ("compiled_ahead", "compiled_late"):
+        if isinstance(value.get(name), int):
+            found[name] = str(value[name])
+    if isinstance(lane, dict) and isinstance(lane.get("judgings"), int):
+        found["lane_pass_judgings"] = str(lane["judgings"])
+    return found
+
+
 def probe_stage() -> GpuKernelStage:
     return GpuKernelStage(
         name="gpu_probe",
@@ -214,7 +251,14 @@ def full_stage() -> GpuKernelStage:
     split = tiling_split()
     return GpuKernelStage(
         name="gpu",
-        shapes=split.train + split.validation,
+        shapes=selection_shapes(),
         heldout=split.unseen_test + split.seen_test,
         unseen=len(split.unseen_test),
     )
+
+
+def confirming(candidate: Candidate) -> bool:
+    """Whether this evaluation confirms a figure, so that the held-out shapes are timed too:
+    the first sample of a would-be best's re-measure (``Task.remeasure`` 1, which ``codevolve
+    evaluate`` sets too), never an evaluation that selection reads."""
+    return getattr(candidate, "remeasure", 0) == CONFIRMING_SAMPLE

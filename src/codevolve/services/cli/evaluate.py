@@ -148,6 +148,9 @@ def evaluate_program(
             seed=config.seed,
             limits=config.sandbox,
             initial=program is None,
+            # judged as a would-be best is confirmed: a problem that times its held-out cases
+            # only then times them here too
+            remeasure=1,
         )
         evaluation = run_cascade(
             problem, task, pool, worker="cli", device=devices[0] if devices else None

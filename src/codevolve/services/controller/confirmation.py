@@ -102,8 +102,13 @@ class BestConfirmation:
             )
             confirmed = verdict.confirmed if verdict.verdict is Verdict.CONFIRMED else None
             best = confirmed is not None and self.beats_best(confirmed)
+            # held-out figures that only a confirming sample measured (a problem whose held-out
+            # cases cost too much to time on every evaluation times them on a re-measure's
+            # first sample alone) become the program's report, where its own evaluation has none
+            measured = next((dict(r.heldout) for r in results if r.heldout), {})
+            heldout = measured if measured and not program.heldout else None
             async with self._store.transaction() as unit:
-                recorded = await unit.record_remeasure(program.id, verdict)
+                recorded = await unit.record_remeasure(program.id, verdict, heldout=heldout)
                 if recorded and best and confirmed is not None:
                     await unit.set_best(program.id, confirmed)
             if recorded and best:

@@ -76,6 +76,25 @@ def _hang(payload: Any) -> Any:
     return None
 
 
+def _hold(payload: Any) -> Any:
+    """Holds the device (an ordinary job) for ``payload`` seconds: when it ran, by the clock."""
+    started = time.monotonic()
+    time.sleep(float(payload))
+    return [started, time.monotonic()]
+
+
+def _pipelined(payload: Any, alive: Callable[[], None]) -> Any:
+    """A job that shares the device (CONCURRENT_JOBS): ``payload["s"]`` seconds, off the device,
+    saying it is alive every ``payload["every"]`` seconds (0: never); when it ran."""
+    started = time.monotonic()
+    every = float(payload.get("every", 0))
+    while time.monotonic() - started < float(payload["s"]):
+        time.sleep(every or 0.05)
+        if every:
+            alive()
+    return [started, time.monotonic()]
+
+
 def _whoami(payload: Any) -> Any:
     del payload
     return {
@@ -85,13 +104,16 @@ def _whoami(payload: Any) -> Any:
     }
 
 
-JOBS: dict[str, Callable[[Any], Any]] = {
+JOBS: dict[str, Callable[..., Any]] = {
     "info": _info,
     "gemm.measure": _measure,
     "fault": _fault,
     "crash": _crash,
     "hang": _hang,
     "whoami": _whoami,
+    "hold": _hold,
+    "pipelined": _pipelined,
 }
+CONCURRENT_JOBS = frozenset({"_pipelined"})  # the device process calls it with ``alive``
 # The table a DeviceProcess is given: each job by its dotted path, imported in the device process.
 TARGETS = {name: f"{__name__}:{function.__name__}" for name, function in JOBS.items()}

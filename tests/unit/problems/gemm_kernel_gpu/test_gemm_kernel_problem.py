@@ -27,7 +27,13 @@ from codevolve.problems.gemm_kernel_gpu.stages import (
     probe_stage,
 )
 from codevolve.problems.gemm_kernel_gpu.static_check import check_source
-from codevolve.problems.gemm_tiling.shapes import heldout_shapes, train_shapes, unseen_shapes
+from codevolve.problems.gemm_tiling.shapes import (
+    heldout_shapes,
+    tiling_split,
+    train_shapes,
+    unseen_shapes,
+    validation_shapes,
+)
 from codevolve.problems.registry import get_problem
 from codevolve.prompt_sampler.search_replace import apply_answer
 from tests.unit.evaluator_workers.test_cascade_handoff import FakeCandidate
@@ -176,10 +182,32 @@ def _timings(ratios: list[float]) -> list[dict[str, Any]]:
     ]
 
 
-def test_the_gpu_stage_scores_train_and_validation_and_holds_test_out() -> None:
+class ConfirmingCandidate(FakeCandidate):
+    """A candidate of a re-measure's first sample (the cascade's SandboxedCandidate carries
+    ``Task.remeasure``)."""
+
+    remeasure = 1
+
+
+def test_the_gpu_stage_scores_selection_shapes_and_times_no_test_shape_in_the_search() -> None:
+    stage = full_stage()
+    scored = len(stage.shapes)
+    assert scored == 69 and set(stage.shapes) <= set(tiling_split().train + validation_shapes())
+    value = {"device": {"name": "H200"}, "load_error": "", "problems": []}
+    value["timings"] = _timings([0.8] * scored)
+    device = FakeDevice(DeviceReply(value=value))
+    result = stage.run_on(FakeCandidate(INITIAL), device, np.random.default_rng(0))
+    assert result.passed and result.score == pytest.approx(0.8) and result.heldout == {}
+    assert len(device.payloads[0]["shapes"]) == scored
+    test = {(s.m, s.n, s.k) for s in heldout_shapes()}
+    assert test.isdisjoint(tuple(s) for s in device.payloads[0]["shapes"])
+    assert test.isdisjoint(stage.judged_shapes())  # what the launch store is asked for
+
+
+def test_a_confirming_sample_times_the_test_shapes_too_and_reports_them_held_out() -> None:
     stage = full_stage()
     scored, held = len(stage.shapes), len(heldout_shapes())
-    assert (scored, held, stage.unseen) == (187 + 408, 187 + 209, 209)
+    assert (held, stage.unseen) == (187 + 209, 209)
     # The held-out families' projections come first among the held-out shapes, and no (N, K)
     # of theirs is timed for the score.
     unseen = {(s.n, s.k) for s in stage.heldout[: stage.unseen]}
@@ -188,7 +216,7 @@ def test_the_gpu_stage_scores_train_and_validation_and_holds_test_out() -> None:
     value = {"device": {"name": "H200"}, "load_error": "", "problems": []}
     value["timings"] = _timings([0.8] * scored + [0.5] * stage.unseen + [0.6] * (held - 209))
     device = FakeDevice(DeviceReply(value=value))
-    result = stage.run_on(FakeCandidate(INITIAL), device, np.random.default_rng(0))
+    result = stage.run_on(ConfirmingCandidate(INITIAL), device, np.random.default_rng(0))
     assert result.passed and result.score == pytest.approx(0.8)
     assert result.heldout["score"] == pytest.approx(0.5)
     assert result.heldout["unseen_vs_cublas"] == pytest.approx(0.5)
@@ -235,7 +263,9 @@ def test_a_wrong_timed_output_on_a_held_out_shape_fails_without_naming_it() -> N
     rows[-1] = {"status": "incorrect", "detail": "5 checked elements of timed outputs wrong"}
     value = {"load_error": "", "problems": [], "timings": rows}
     result = stage.run_on(
-        FakeCandidate(INITIAL), FakeDevice(DeviceReply(value=value)), np.random.default_rng(0)
+        ConfirmingCandidate(INITIAL),
+        FakeDevice(DeviceReply(value=value)),
+        np.random.default_rng(0),
     )
     assert not result.passed and result.error is not None
     assert result.error.startswith("a held-out shape: incorrect")

@@ -64,3 +64,53 @@ async def test_a_confirmed_re_measure_moves_the_best_and_a_refuted_one_does_not(
     assert judged.remeasure.verdict is Verdict.CONFIRMED
     assert [p.id for p in left] == [weak]
     assert job is not None and job.best_program_id == strong
+
+
+def _held_out(evaluation: Evaluation, heldout: dict[str, float]) -> Evaluation:
+    """The evaluation with ``heldout`` as its held-out figures (empty: none measured)."""
+    stages = tuple(dataclasses.replace(stage, heldout={}) for stage in evaluation.stages)
+    last = dataclasses.replace(stages[-1], heldout=heldout)
+    return dataclasses.replace(evaluation, stages=(*stages[:-1], last))
+
+
+async def _evaluated_without_held_out(stored: Stored, score: float) -> str:
+    """A program whose own evaluation measured no held-out figure (gemm-kernel-gpu's, during
+    the search)."""
+    program = new_program(stored.job.id)
+    async with stored.store.transaction() as unit:
+        await unit.insert_program(program)
+    writer = ResultApplier(stored.store, ParentCache(stored.store, stored.job.config), FEATURES)
+    await writer.apply([_held_out(evaluation_of(program, score), {})], {program.id: program})
+    return program.id
+
+
+async def test_the_held_out_figures_of_a_confirming_sample_become_the_programs_report(
+    stored: Stored,
+) -> None:
+    queue, progress = LocalQueue(), Progress()
+    confirmation = _confirmation(stored, queue, progress)
+    program_id = await _evaluated_without_held_out(stored, 2.0)
+    await confirmation.start_more()
+    fine = evaluation_of(new_program(stored.job.id), 2.0)
+    first = _held_out(_sample(program_id, fine, 1), {"score": 0.7, "test_vs_cublas": 0.8})
+    second = _held_out(_sample(program_id, fine, 2), {})
+    assert await confirmation.apply_samples([first, second]) is True
+    async with stored.store.transaction() as unit:
+        judged = await unit.program(program_id)
+    assert judged is not None and judged.remeasure is not None
+    assert judged.heldout == {"score": 0.7, "test_vs_cublas": 0.8}
+
+
+async def test_a_programs_own_held_out_figures_stay_when_a_sample_measures_others(
+    stored: Stored,
+) -> None:
+    queue, progress = LocalQueue(), Progress()
+    confirmation = _confirmation(stored, queue, progress)
+    program_id = await _evaluated(stored, 2.0)  # its own evaluation held out {"score": 1.0}
+    await confirmation.start_more()
+    fine = evaluation_of(new_program(stored.job.id), 2.0)
+    samples = [_held_out(_sample(program_id, fine, k), {"score": 0.1}) for k in (1, 2)]
+    assert await confirmation.apply_samples(samples) is True
+    async with stored.store.transaction() as unit:
+        judged = await unit.program(program_id)
+    assert judged is not None and judged.heldout == {"score": 1.0}

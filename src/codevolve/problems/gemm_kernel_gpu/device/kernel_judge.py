@@ -9,10 +9,13 @@ throw-away caged process started ahead of need by the device's
 uses) and ended after this judging. Its buffers are the judge's: they live in the judge's arena,
 and the runner is stopped whenever the judge writes or reads them.
 
-:func:`measure` checks every shape of ``check_shapes`` and then of ``shapes`` on three
+:class:`Judging` checks every shape of ``check_shapes`` and then of ``shapes`` on three
 distributions (kernel_bench.py); the first wrong shape ends the judging. It then times every
-shape of ``shapes`` in timed batches (kernel_timing.py), ends the candidate's runner, and times
-cuBLAS through the same path in a runner of its own.
+shape of ``shapes`` in timed batches (kernel_timing.py) and ends the candidate's runner; cuBLAS's
+times through the same path, in a runner of its own, come from kernel_references.py (timed then,
+or kept from an earlier judging on this device). :func:`measure` is one judging from start to
+end; the device's pipeline (kernel_pipeline.py) runs the same steps for many candidates, their
+kernels compiled ahead (kernel_compile.py).
 
 Imported only in the device process and in tests (needs torch).
 """
@@ -20,9 +23,11 @@ Imported only in the device process and in tests (needs torch).
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import random
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +36,7 @@ import torch
 from codevolve.core.measurement import quantile
 from codevolve.evaluator_workers.gpu.cuda_device import device_info
 from codevolve.evaluator_workers.gpu.remote import (
+    REQUEST_TIMEOUT_S,
     CandidateProblem,
     LoadFailed,
     Remote,
@@ -50,15 +56,13 @@ from codevolve.problems.gemm_kernel_gpu.device.kernel_bench import (
     workspace_elements,
 )
 from codevolve.problems.gemm_kernel_gpu.device.kernel_loader import ENTRY_POINT
+from codevolve.problems.gemm_kernel_gpu.device.kernel_references import References
 from codevolve.problems.gemm_kernel_gpu.device.kernel_role import ROLE
 from codevolve.problems.gemm_kernel_gpu.device.kernel_timing import (
-    Batch,
     Plan,
     ask_stopped,
-    batch_size,
-    reference_ms,
     stop,
-    timed_batches,
+    time_shape,
 )
 from codevolve.problems.gemm_tiling.gpu_timing import Shape, Timing, timing_dict
 
@@ -92,40 +96,45 @@ class _Timed:
 
 
 def measure(
-    source: str, settings: MeasureSettings, *, device: str, runners: RunnerPool
+    source: str,
+    settings: MeasureSettings,
+    *,
+    device: str,
+    runners: RunnerPool,
+    references: References | None = None,
 ) -> dict[str, Any]:
-    """Judge ``source`` on ``device`` ("cuda" or "cpu"); plain data (kernel_jobs.py's format)."""
-    reply: dict[str, Any] = {
+    """Judge ``source`` on ``device`` ("cuda" or "cpu"); plain data (kernel_jobs.py's format).
+    cuBLAS's times come from ``references`` (kept per shape a while), else are timed for this
+    judging alone."""
+    if references is None:
+        references = References(device, runners, num_sms=num_sms_of(device), max_age_s=0.0)
+    judging = Judging(source, settings, runners=runners, references=references)
+    reply = judging.run()
+    started = time.perf_counter()
+    cublas = references.times(judging.wanted())
+    reply["seconds"]["reference"] = time.perf_counter() - started
+    return judging.finish(reply, cublas)
+
+
+def num_sms_of(device: str) -> int:
+    """What a launcher is told as ``num_sms``: the GPU's SM count (:data:`CPU_SMS` on the CPU)."""
+    if device == "cuda":
+        return int(torch.cuda.get_device_properties(0).multi_processor_count)
+    return CPU_SMS
+
+
+def new_reply(device: str) -> dict[str, Any]:
+    """A ``kernel.measure`` reply before anything was judged (kernel_jobs.py's format)."""
+    return {
         "device": {**device_info(device), "triton": triton_version()},
         "load_error": "",
         "problems": [],
         "timings": [],
-        "compiled_ahead": 0,  # kernels compile in the candidate's runner
+        "compiled_ahead": 0,  # kernels the runner started with (compiled in the compile lane)
+        "compiled_late": 0,  # kernels the runner compiled itself (none where the lane did all)
         "isolation": {},
         "seconds": {"start": 0.0, "check": 0.0, "time": 0.0, "reference": 0.0},
     }
-    refused = dunder_problem(source) if runners.settings.rules else ""
-    if refused:
-        reply["load_error"] = refused
-        return reply
-    judging = _Judging(source, settings, device, runners)
-    started = time.perf_counter()
-    try:
-        judging.start()
-        reply["isolation"] = judging.layers
-        reply["seconds"]["start"] = _lap(reply, "start", started)
-        judging.check(reply["problems"])
-        reply["load_s"] = time.perf_counter() - started  # start, load, compile, check
-        _lap(reply, "check", started)
-        if settings.time and not (reply["problems"] and reply["problems"][-1]):
-            reply["timings"] = judging.time(reply)
-    except LoadFailed as exc:
-        reply["load_error"] = str(exc)
-    except CandidateProblem as exc:  # before the first call: attaching, loading
-        reply["load_error"] = str(exc)
-    finally:
-        judging.close()
-    return reply
 
 
 def triton_version() -> str | None:
@@ -143,31 +152,70 @@ def _lap(reply: dict[str, Any], name: str, started: float) -> float:
     return float(seconds[name])
 
 
-class _Judging:
-    """One candidate's judging: its arena, its runner, the reference's runner after it."""
+class Judging:
+    """One candidate's judging: its arena and its runner; cuBLAS's times come after it
+    (:meth:`wanted`, :meth:`finish`), from a runner of their own."""
 
     def __init__(
-        self, source: str, settings: MeasureSettings, device: str, runners: RunnerPool
+        self,
+        source: str,
+        settings: MeasureSettings,
+        *,
+        runners: RunnerPool,
+        references: References,
+        compiled: str | None = None,
+        timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
+        """``compiled``: a folder of this source's kernels compiled ahead (kernel_compile.py),
+        copied into the runner's own cache; ``timeout_s``: what one request to the runner may
+        take (less where nothing is left to compile)."""
         self.source = source
         self.settings = settings
-        self.device = device
+        self.device = references.device
         self.runners = runners
+        self.compiled = compiled
+        self.timeout_s = timeout_s
         self.rng = random.Random(f"{settings.seed}-{secrets.randbits(62)}")  # secret inputs
-        self.num_sms = (
-            int(torch.cuda.get_device_properties(0).multi_processor_count)
-            if device == "cuda"
-            else CPU_SMS
-        )
-        self.plans = {shape: self._plan(shape) for shape in settings.shapes}
+        self.num_sms = references.num_sms
+        self.plans = {
+            shape: references.plan(
+                shape, samples=settings.samples, warmup=settings.warmup, timed=settings.time
+            )
+            for shape in settings.shapes
+        }
+        self.rows: dict[Shape, _Timed] = {}
         self.arena: Arena | None = None
         self.remote: Remote | None = None
         self.layers: dict[str, bool] = {}
+        self.ahead = 0  # compiled kernels the runner started with
 
-    def _plan(self, shape: Shape) -> Plan:
-        took = reference_ms(shape, self.device) if self.settings.time else 1.0
-        batch = batch_size(shape, took, self.device)
-        return Plan(batch, self.settings.warmup, self.settings.samples)
+    def run(self) -> dict[str, Any]:
+        """Load, check and time the candidate; its runner ended. The reply's timings are filled
+        in by :meth:`finish`."""
+        settings = self.settings
+        reply = new_reply(self.device)
+        refused = dunder_problem(self.source) if self.runners.settings.rules else ""
+        if refused:
+            reply["load_error"] = refused
+            return reply
+        started = time.perf_counter()
+        try:
+            self.start()
+            reply["isolation"] = self.layers
+            reply["compiled_ahead"] = self.ahead = self._cubins()
+            _lap(reply, "start", started)
+            self.check(reply["problems"])
+            reply["load_s"] = time.perf_counter() - started  # start, load, compile, check
+            _lap(reply, "check", started)
+            if settings.time and not (reply["problems"] and reply["problems"][-1]):
+                self.time_candidate(reply)
+        except LoadFailed as exc:
+            reply["load_error"] = str(exc)
+        except CandidateProblem as exc:  # before the first call: attaching, loading
+            reply["load_error"] = str(exc)
+        finally:
+            self.close()
+        return reply
 
     def start(self) -> None:
         checked = (*self.settings.check_shapes, *self.settings.shapes)
@@ -180,7 +228,14 @@ class _Judging:
         )
         self.arena = Arena.create(needed, self.device)
         self.remote = start_remote(
-            self.runners, self.arena, self.source, trusted=False, role=ROLE, who=ENTRY_POINT
+            self.runners,
+            self.arena,
+            self.source,
+            trusted=False,
+            role=ROLE,
+            who=ENTRY_POINT,
+            compiled=self.compiled,
+            timeout_s=self.timeout_s,
         )
         self.layers = self.remote.layers
         stop(self.remote)
@@ -219,53 +274,49 @@ class _Judging:
                 return f"{distribution}: {wrong}"
         return ""
 
-    def time(self, reply: dict[str, Any]) -> list[dict[str, Any]]:
-        """Every shape timed: the candidate's batches, then cuBLAS's in a runner of its own."""
-        assert self.remote is not None
+    def time_candidate(self, reply: dict[str, Any]) -> None:
+        """Every shape timed, the candidate's batches, up to the first that fails; its runner
+        ended after."""
+        assert self.remote is not None and self.arena is not None
         started = time.perf_counter()
-        timed = {shape: _Timed(plan) for shape, plan in self.plans.items()}
-        for shape, row in timed.items():
+        self.rows = {shape: _Timed(plan) for shape, plan in self.plans.items()}
+        for shape, row in self.rows.items():
             try:
-                self._batches(self.remote, shape, row, check=True)
+                times, batch = time_shape(
+                    self.remote, self.arena, shape, row.plan,
+                    salt=self.rng.getrandbits(62), num_sms=self.num_sms, check=True,
+                )  # fmt: skip
             except CandidateProblem as exc:
                 status = "incorrect" if str(exc).startswith("timed batch") else "error"
                 row.failure = Timing(status=status, detail=str(exc)[:2000])
                 break
+            row.graph, row.why, row.candidate = batch.graph, batch.why, times
         reply["seconds"]["time"] = time.perf_counter() - started
+        reply["compiled_late"] = self._cubins() - self.ahead
         self.remote.close()
         self.remote = None
-        started = time.perf_counter()
-        self._time_reference([(s, r) for s, r in timed.items() if r.candidate])
-        reply["seconds"]["reference"] = time.perf_counter() - started
-        return [_row(row) for row in timed.values()]
 
-    def _batches(self, remote: Remote, shape: Shape, row: _Timed, *, check: bool) -> list[float]:
-        assert self.arena is not None
-        self.arena.reset()
-        sets = [InputSet.place(self.arena, shape) for _ in range(row.plan.batch)]
-        elements = workspace_elements(shape[0], shape[1], self.device)
-        batch = Batch(sets, Workspace.place(self.arena, elements), salt=self.rng.getrandbits(62))
-        batch.stage(remote, self.num_sms)
-        times = timed_batches(remote, batch, row.plan, check=check)
-        if check:
-            row.graph, row.why, row.candidate = batch.graph, batch.why, times
-        else:
-            row.cublas = times
-        return times
+    def _cubins(self) -> int:
+        """Compiled kernels in the runner's Triton cache, counted by the judge (the runner is
+        stopped or not started): those it started with, then those it compiled itself."""
+        if self.remote is None:
+            return 0
+        folder = os.path.join(self.remote.runner.scratch, "triton")
+        return sum(name.endswith(".cubin") for _, _, files in os.walk(folder) for name in files)
 
-    def _time_reference(self, rows: list[tuple[Shape, _Timed]]) -> None:
-        if not rows:
-            return
-        assert self.arena is not None
-        remote = start_remote(self.runners, self.arena, "", trusted=True, role=ROLE, who="cuBLAS")
-        try:
-            stop(remote)
-            for shape, row in rows:
-                self._batches(remote, shape, row, check=False)
-        except CandidateProblem as exc:  # trusted code: the device or the judge is at fault
-            raise RuntimeError(f"timing cuBLAS failed: {exc}") from None
-        finally:
-            remote.close()
+    def wanted(self) -> list[tuple[Shape, Plan]]:
+        """The (shape, plan) pairs whose cuBLAS time :meth:`finish` needs."""
+        return [(shape, row.plan) for shape, row in self.rows.items() if row.candidate]
+
+    def finish(
+        self, reply: dict[str, Any], cublas: Mapping[tuple[Shape, Plan], list[float]]
+    ) -> dict[str, Any]:
+        """The reply with every shape's timing row, cuBLAS's times from ``cublas``."""
+        if self.rows:
+            for shape, row in self.rows.items():
+                row.cublas = list(cublas.get((shape, row.plan), ())) if row.candidate else []
+            reply["timings"] = [_row(row) for row in self.rows.values()]
+        return reply
 
     def close(self) -> None:
         if self.remote is not None:

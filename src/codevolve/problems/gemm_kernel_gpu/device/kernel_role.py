@@ -40,6 +40,12 @@ MESSAGE_CHARS = 300  # of a candidate's exception message
 _synchronize = torch.cuda.synchronize  # bound before any candidate runs in this process
 
 
+def warm() -> None:
+    """In the zygote: Triton imported once for every runner it forks (a program's first import
+    of it in its runner took about a second of the timing lane)."""
+    import triton.language  # noqa: F401 - imported for the forks
+
+
 def cublas(x: Any, w: Any, y: Any, workspace: Any, num_sms: int) -> None:
     """The reference: cuBLAS (or the CPU's BLAS) into the judge's output buffer."""
     del workspace, num_sms

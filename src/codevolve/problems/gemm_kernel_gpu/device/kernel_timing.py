@@ -36,8 +36,9 @@ from typing import Any
 import torch
 
 from codevolve.evaluator_workers.gpu.judging import BATCH_TARGET_MS, MAX_BATCH
-from codevolve.evaluator_workers.gpu.remote import REQUEST_TIMEOUT_S, CandidateProblem, Remote
+from codevolve.evaluator_workers.gpu.remote import CandidateProblem, Remote
 from codevolve.evaluator_workers.gpu.runner_link import RunnerGone
+from codevolve.evaluator_workers.gpu.shared_tensors import Arena
 from codevolve.problems.gemm_kernel_gpu.device.kernel_bench import (
     InputSet,
     Workspace,
@@ -45,6 +46,7 @@ from codevolve.problems.gemm_kernel_gpu.device.kernel_bench import (
     poison,
     set_bytes,
     tolerance_problem,
+    workspace_elements,
 )
 from codevolve.problems.gemm_tiling.gpu_timing import Shape
 
@@ -102,13 +104,14 @@ def stop(remote: Remote) -> None:
 
 def ask_stopped(remote: Remote, message: dict[str, Any]) -> tuple[dict[str, Any], float]:
     """Continue the runner, ask, stop it again: its reply and the judge's seconds between the
-    request and the answer. A problem the candidate caused is :class:`CandidateProblem`."""
+    request and the answer (at most the remote's ``timeout_s``). A problem the candidate caused
+    is :class:`CandidateProblem`."""
     runner = remote.runner
     runner.send(message)
     start = time.perf_counter()
     runner.resume()
     try:
-        reply = runner.receive(REQUEST_TIMEOUT_S)
+        reply = runner.receive(remote.timeout_s)
     except RunnerGone as exc:
         raise CandidateProblem(f"the {remote.who} process failed: {exc}") from None
     finally:
@@ -177,6 +180,20 @@ class Batch:
             if wrong:
                 return f"call {index + 1} of {len(self.sets)}: {wrong}"
         return self.workspace.guard_problem()
+
+
+def time_shape(
+    remote: Remote, arena: Arena, shape: Shape, plan: Plan, *, salt: int, num_sms: int, check: bool
+) -> tuple[list[float], Batch]:
+    """``plan``'s batches of ``shape`` in ``arena`` (reset first), staged in ``remote``'s
+    runner: milliseconds per call of each timed batch, and the batch (whether a graph ran it);
+    ``check``: every output checked (a candidate's), else not (cuBLAS's)."""
+    arena.reset()
+    sets = [InputSet.place(arena, shape) for _ in range(plan.batch)]
+    workspace = Workspace.place(arena, workspace_elements(shape[0], shape[1], remote.device))
+    batch = Batch(sets, workspace, salt=salt)
+    batch.stage(remote, num_sms)
+    return timed_batches(remote, batch, plan, check=check), batch
 
 
 def timed_batches(remote: Remote, batch: Batch, plan: Plan, *, check: bool) -> list[float]:
