@@ -25,6 +25,20 @@ class Forward:
     inputs: tuple[str, ...]  # the parameter names after self, in order
 
 
+def signature(forward: ast.FunctionDef) -> Forward | None:
+    """``forward``'s signature, which a template's new forward repeats and passes on to the
+    parent's; None where it has ``*args``, ``**kwargs``, keyword-only or positional-only
+    parameters, or none after ``self``."""
+    args = forward.args
+    if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or not args.args:
+        return None
+    return Forward(
+        args_source=ast.unparse(args),
+        returns_source=ast.unparse(forward.returns) if forward.returns else "",
+        inputs=tuple(a.arg for a in args.args[1:]),
+    )
+
+
 def model_class(tree: ast.Module) -> ast.ClassDef | None:
     return next(
         (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None

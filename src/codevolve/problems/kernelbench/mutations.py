@@ -7,6 +7,11 @@
   not take, and ``__init__`` gets the template's once-only lines, if any. A pattern with several
   templates (a convolution) gets one of them, drawn at random. A parent that already holds a
   template is left to ``tune``.
+- ``model``: a whole model that builds convolution modules and whose forward no pattern
+  recognises (KernelBench Level 3's convolutional nets) behind cuDNN's settings: its algorithm
+  search and the channels-last layout
+  (:mod:`codevolve.problems.kernelbench.model_cudnn`); its forward kept whole as
+  ``forward_torch``.
 - ``rewrite``: one pure-torch rewrite of the returned expression
   (:mod:`codevolve.problems.kernelbench.rewrites`: ``torch.diag(a) @ B`` as a broadcast product,
   ``torch.max(x, dim)[0]`` as ``amax``, the cat/narrow exclusive cumsum as ``cumsum(x) - x``, an
@@ -30,13 +35,26 @@ from codevolve.core.diff import Hunk, unique_line_hunk
 from codevolve.core.evolve_block import layout
 from codevolve.core.problem import Mutation, TreeEdit, TreeMutation
 from codevolve.core.prompt import Prompt
-from codevolve.problems.kernelbench.forward import body_statements, method, model_class
+from codevolve.problems.kernelbench.forward import (
+    Forward,
+    body_statements,
+    method,
+    model_class,
+    signature,
+)
+from codevolve.problems.kernelbench.model_cudnn import model_template, read_conv_net
 from codevolve.problems.kernelbench.patterns import recognise
 from codevolve.problems.kernelbench.rewrites import replace, rewrites
-from codevolve.problems.kernelbench.template_text import FALLBACK_METHOD, IMPORTS, MARKER, TUNE
+from codevolve.problems.kernelbench.template_text import (
+    FALLBACK_METHOD,
+    IMPORTS,
+    MARKER,
+    TUNE,
+    Template,
+)
 from codevolve.problems.kernelbench.templates import templates_for
 
-KIND_WEIGHTS = {"template": 3.0, "rewrite": 2.0, "tune": 3.0}
+KIND_WEIGHTS = {"template": 3.0, "model": 2.0, "rewrite": 2.0, "tune": 3.0}
 JUMP_SHARE = 0.25  # how often tune jumps to any listed value instead of a neighbour
 _TUNABLE = re.compile(
     r"^(?P<name>[A-Z_][A-Z0-9_]*) = (?P<value>-?\d+)\s+# tune: (?P<values>[-\d|]+)$"
@@ -75,19 +93,41 @@ def template(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | 
     found = recognise(tree)
     if cls is None or found is None or _holds_template(source) or method(cls, FALLBACK_METHOD):
         return None
+    options = templates_for(found.pattern, found.forward)
+    built = options[int(rng.integers(len(options)))] if len(options) > 1 else options[0]
+    return _class_hunk(source, cls, built, found.forward)
+
+
+def model(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | None:
+    """A whole convolutional model behind cuDNN's settings
+    (:mod:`codevolve.problems.kernelbench.model_cudnn`), the layout's starting value drawn from
+    ``rng``; None for a forward a pattern recognises (``template`` proposes its kernels)."""
+    cls = model_class(tree)
+    if cls is None or _holds_template(source) or method(cls, FALLBACK_METHOD):
+        return None
     forward = method(cls, "forward")
-    assert forward is not None  # recognise found it
+    found = signature(forward) if forward is not None else None
+    net = read_conv_net(tree)
+    if found is None or net is None or recognise(tree) is not None:
+        return None
+    built = model_template(net, found, channels_last=bool(rng.integers(2)))
+    return _class_hunk(source, cls, built, found)
+
+
+def _class_hunk(source: str, cls: ast.ClassDef, built: Template, signature: Forward) -> Hunk | None:
+    """The class replaced by ``built``'s module text and a class whose forward is ``built``'s,
+    ``built``'s lines added at the end of ``__init__``, the parent's forward kept as the
+    fallback."""
+    forward = method(cls, "forward")
+    init = method(cls, "__init__")
+    if forward is None or (built.init and init is None):
+        return None
     lines = source.split("\n")
     first, stop = _first_line(cls), cls.end_lineno or cls.lineno
     region = _region(source, first, stop - 1)
     if region is None:
         return None
-    options = templates_for(found.pattern, found.forward)
-    built = options[int(rng.integers(len(options)))] if len(options) > 1 else options[0]
-    init = method(cls, "__init__")
-    if built.init and init is None:
-        return None
-    returns = f" -> {found.forward.returns_source}" if found.forward.returns_source else ""
+    returns = f" -> {signature.returns_source}" if signature.returns_source else ""
     kept = _lines(lines, forward)
     head = forward.lineno - 1 - _first_line(forward)  # the ``def`` line, after any decorators
     kept[head] = kept[head].replace("def forward(", f"def {FALLBACK_METHOD}(", 1)
@@ -109,7 +149,7 @@ def template(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | 
         "",
         *[line for line in lines[first : _first_line(cls.body[0])] if line.strip()],
         *members,
-        f"    def forward({found.forward.args_source}){returns}:",
+        f"    def forward({signature.args_source}){returns}:",
         built.forward,
         "",
         "    # the parent's forward: the fallback for inputs the kernels do not take",
@@ -190,5 +230,10 @@ def kernel_mutations() -> tuple[Mutation, ...]:
     """The KernelBench moves, weighted for the simulated proposer; a child must parse."""
     return tuple(
         TreeMutation(kind, _tree_edit(edit), KIND_WEIGHTS[kind], check_child=True)
-        for kind, edit in (("template", template), ("rewrite", rewrite), ("tune", tune))
+        for kind, edit in (
+            ("template", template),
+            ("model", model),
+            ("rewrite", rewrite),
+            ("tune", tune),
+        )
     )

@@ -34,7 +34,10 @@ rewrites of sub-expressions are in :mod:`codevolve.problems.kernelbench.rewrites
 Not recognised by any pattern: a depthwise convolution then a pointwise one (86), attention
 (97), batch, instance and group norms (33-35), argmax/argmin (51, 52), cosine-similarity loss,
 4-D einsum products (11), and any forward that calls a helper function or an ``nn`` module other
-than LayerNorm, CrossEntropyLoss, TripletMarginLoss and the convolutions.
+than LayerNorm, CrossEntropyLoss, TripletMarginLoss and the convolutions. A whole model that
+builds convolution modules (86, KernelBench Level 3's convolutional nets) is no pattern: the
+``model`` move puts it behind cuDNN's settings
+(:mod:`codevolve.problems.kernelbench.model_cudnn`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from codevolve.problems.kernelbench.forward import (
     method,
     model_class,
     returned_expression,
+    signature,
 )
 from codevolve.problems.kernelbench.losses import (
     CrossEntropy,
@@ -123,21 +127,15 @@ def recognise(tree: ast.Module) -> Recognised | None:
     forward = method(cls, "forward") if cls is not None else None
     if cls is None or forward is None:
         return None
-    args = forward.args
-    if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or not args.args:
+    found = signature(forward)
+    if found is None:
         return None
-    names = [a.arg for a in args.args[1:]]
-    tensors = [a.arg for a in args.args[1:] if _annotation(a) not in _SCALAR_TYPES]
+    tensors = [a.arg for a in forward.args.args[1:] if _annotation(a) not in _SCALAR_TYPES]
     calls = init_calls(cls)
     expr = returned_expression(forward)
     if expr is None:
         return None
     expr = functional_form(expr, calls)  # a loss module held in __init__, as its function
-    signature = Forward(
-        args_source=ast.unparse(args),
-        returns_source=ast.unparse(forward.returns) if forward.returns else "",
-        inputs=tuple(names),
-    )
     modules = {attr: callee(call) for attr, call in calls.items()}
     # attributes __init__ builds by a call (a Parameter, a buffer, a module) are no scalars:
     # a pattern that would read one as a float parameter is not taken
@@ -150,7 +148,7 @@ def recognise(tree: ast.Module) -> Recognised | None:
                 return None
             if isinstance(pattern, Conv):  # which templates fit: the groups as written
                 pattern = with_groups(pattern, calls[pattern.module])
-            return Recognised(signature, pattern)
+            return Recognised(found, pattern)
     return None
 
 
