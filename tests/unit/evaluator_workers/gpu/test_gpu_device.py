@@ -92,9 +92,10 @@ def test_a_concurrent_job_runs_while_an_ordinary_one_holds_the_device() -> None:
 
 def test_a_concurrent_job_that_says_it_is_alive_outlives_its_timeout() -> None:
     with DeviceProcess(None, jobs=FAKE) as device:
-        moving = device.run("pipelined", {"s": 2.0, "every": 0.2}, timeout_s=0.8)
+        _value(device.run("whoami", None, timeout_s=60))  # started: the timeouts are the jobs'
+        moving = device.run("pipelined", {"s": 5.0, "every": 0.2}, timeout_s=2.0)
         assert moving.ok, moving.error
-        silent = device.run("pipelined", {"s": 5.0}, timeout_s=0.8)
+        silent = device.run("pipelined", {"s": 10.0}, timeout_s=2.0)
         assert silent.fault and "timed out" in silent.error
 
 
