@@ -3,7 +3,11 @@ bf16 ``tl.dot`` fixed by tests/cli/bf16_dot_interpreter.py), in a subprocess: ea
 program writes x @ w.T into a NaN-filled output with a NaN-filled workspace, on small shapes whose
 tile counts leave a partial last wave over the few "SMs" passed in, so that tail_split's split
 tiles and its reduction run. The GPU tests (tests/gpu/test_kernel_harness.py) judge the same
-variants on the device."""
+variants on the device.
+
+One subprocess serves the module's tests (importing torch and Triton costs seconds): each program
+is loaded from its own file as a module of its own; a subprocess that dies or a test that stops
+mid-answer starts the next test on a fresh one."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -53,23 +58,80 @@ SCRIPT = """
 import importlib.util, json, math, sys
 import tests.cli.bf16_dot_interpreter  # noqa: F401
 import torch
-spec = importlib.util.spec_from_file_location("program", sys.argv[1])
-program = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(program)
-torch.manual_seed(0)
-errors = []
-for m, n, k, sms in json.loads(sys.argv[2]):
-    x = torch.randn(m, k).to(torch.bfloat16)
-    w = (torch.randn(n, k) / math.sqrt(k)).to(torch.bfloat16)
-    y = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
-    workspace = torch.full((max(4 * m * n, 1 << 14),), float("nan"))
-    program.matmul(x, w, y, workspace, sms)
-    ref = x.float() @ w.float().t()
-    error = (y.float() - ref).abs().max().item()  # NaN if anything was left unwritten
-    if not error <= 0.016 * ref.abs().max().item() + 1e-3:
-        errors.append([m, n, k, sms, error])
-print(json.dumps(errors))
+for count, line in enumerate(sys.stdin):
+    path, shapes = json.loads(line)
+    spec = importlib.util.spec_from_file_location(f"program_{count}", path)
+    program = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(program)
+    torch.manual_seed(0)
+    errors = []
+    for m, n, k, sms in shapes:
+        x = torch.randn(m, k).to(torch.bfloat16)
+        w = (torch.randn(n, k) / math.sqrt(k)).to(torch.bfloat16)
+        y = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+        workspace = torch.full((max(4 * m * n, 1 << 14),), float("nan"))
+        program.matmul(x, w, y, workspace, sms)
+        ref = x.float() @ w.float().t()
+        error = (y.float() - ref).abs().max().item()  # NaN if anything was left unwritten
+        if not error <= 0.016 * ref.abs().max().item() + 1e-3:
+            errors.append([m, n, k, sms, error])
+    print("errors:", json.dumps(errors), flush=True)
 """
+
+
+ANSWER = "errors: "
+
+
+class Interpreter:
+    """The subprocess that runs programs in Triton's interpreter, one request a line."""
+
+    def __init__(self, folder: Path) -> None:
+        self._stderr = folder / "interpreter.stderr"
+        self._process: subprocess.Popen[str] | None = None
+
+    def _started(self) -> subprocess.Popen[str]:
+        if self._process is None or self._process.poll() is not None:
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+            with self._stderr.open("w") as stderr:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-c", SCRIPT],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                    text=True, cwd=ROOT, env=env,
+                )  # fmt: skip
+        return self._process
+
+    def errors(self, path: Path) -> list[list[float]]:
+        process = self._started()
+        assert process.stdin is not None and process.stdout is not None
+        answered = False
+        try:
+            process.stdin.write(json.dumps([str(path), SHAPES]) + "\n")
+            process.stdin.flush()
+            line = process.stdout.readline()
+            while line and not line.startswith(ANSWER):  # what the program itself printed
+                line = process.stdout.readline()
+            answered = bool(line)
+        finally:
+            if not answered:  # it died, or the test stopped mid-answer: the next starts afresh
+                self.close()
+        assert answered, self._stderr.read_text()[-2000:]
+        errors: list[list[float]] = json.loads(line.removeprefix(ANSWER))
+        return errors
+
+    def close(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.communicate()  # reaps it and closes its pipes
+            self._process = None
+
+
+@pytest.fixture(scope="module")
+def interpreter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Interpreter]:
+    server = Interpreter(tmp_path_factory.mktemp("interpreter"))
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 def _program(variant: str, args: tuple[int, ...]) -> str:
@@ -85,21 +147,24 @@ def _changed(variant: str, old: str, new: str) -> str:
     return changed
 
 
-def _errors(source: str, tmp_path: Path) -> list[list[float]]:
-    path = tmp_path / "program.py"
-    path.write_text(source)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(path), json.dumps(SHAPES)],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+Errors = Callable[[str], list[list[float]]]  # a program's source -> the shapes it gets wrong
+
+
+@pytest.fixture
+def run(interpreter: Interpreter, tmp_path: Path) -> Errors:
+    """The shapes a program gets wrong: ``[M, N, K, SMs, error]`` each."""
+
+    def errors(source: str) -> list[list[float]]:
+        path = tmp_path / "program.py"
+        path.write_text(source)
+        return interpreter.errors(path)
+
+    return errors
 
 
 @pytest.mark.parametrize("variant", list(ARGS))
-def test_the_variant_computes_the_product(variant: str, tmp_path: Path) -> None:
-    assert _errors(_program(variant, ARGS[variant]), tmp_path) == []
+def test_the_variant_computes_the_product(variant: str, run: Errors) -> None:
+    assert run(_program(variant, ARGS[variant])) == []
 
 
 @pytest.mark.parametrize(
@@ -124,79 +189,76 @@ def test_the_variant_computes_the_product(variant: str, tmp_path: Path) -> None:
     ],
 )
 def test_a_split_tail_that_drops_a_piece_of_the_split_tiles_is_wrong(
-    variant: str, old: str, new: str, tmp_path: Path
+    variant: str, old: str, new: str, run: Errors
 ) -> None:
-    wrong = _errors(_changed(variant, old, new), tmp_path)
+    wrong = run(_changed(variant, old, new))
     # Only the shapes whose tail tiles are split go wrong: the split path ran on those.
     assert sorted(tuple(shape[:4]) for shape in wrong) == sorted(SPLIT)
 
 
 @pytest.mark.parametrize("variant", ["persistent_tail", "persistent_stream_k_fused"])
-def test_a_last_arrival_that_sums_only_its_first_rows_is_wrong(
-    variant: str, tmp_path: Path
-) -> None:
+def test_a_last_arrival_that_sums_only_its_first_rows_is_wrong(variant: str, run: Errors) -> None:
     # The last arrival sums a shared tile 16 rows at a time (32-row tiles here): summing the
     # first chunk alone leaves the rest of the tile unwritten, which only the split shapes with
     # more than 16 rows in a shared tile show.
-    wrong = _errors(
-        _changed(variant, "for chunk in range(0, BLOCK_M // ROWS):", "for chunk in range(0, 1):"),
-        tmp_path,
+    wrong = run(
+        _changed(variant, "for chunk in range(0, BLOCK_M // ROWS):", "for chunk in range(0, 1):")
     )
     assert sorted(tuple(shape[:4]) for shape in wrong) == sorted(s for s in SPLIT if s[0] > 16)
 
 
-def test_a_stream_k_that_drops_the_first_program_of_a_shared_tile_is_wrong(tmp_path: Path) -> None:
+def test_a_stream_k_that_drops_the_first_program_of_a_shared_tile_is_wrong(run: Errors) -> None:
     dropped = _changed(
         "stream_k",
         "acc = tl.load(ws_ptr + (2 * owner + 1) * block + inner)",
         "acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)",
     )
-    wrong = {tuple(shape[:4]) for shape in _errors(dropped, tmp_path)}
+    wrong = {tuple(shape[:4]) for shape in run(dropped)}
     # 2 x 3 tiles of 5 K steps over 3 programs: 10 steps, two whole tiles each, nothing shared.
     assert wrong and (40, 96, 160, 3) not in wrong
 
 
-def test_a_fused_split_k_whose_last_split_skips_a_partial_is_wrong(tmp_path: Path) -> None:
+def test_a_fused_split_k_whose_last_split_skips_a_partial_is_wrong(run: Errors) -> None:
     dropped = _changed("split_k_fused", "if other != split:", "if (other != split) & (other != 0):")
-    assert len(_errors(dropped, tmp_path)) == len(SHAPES)  # every shape is split three ways
+    assert len(run(dropped)) == len(SHAPES)  # every shape is split three ways
 
 
 @pytest.mark.parametrize("variant", ["tma_wide", "tma_persistent_wide", "tma_wide_split"])
 def test_a_wide_tile_whose_second_dot_reads_the_first_parts_rows_is_wrong(
-    variant: str, tmp_path: Path
+    variant: str, run: Errors
 ) -> None:
     dropped = _changed(
         variant,
         "w_extra_desc.load([off_n + BLOCK_N, step * BLOCK_K])",
         "w_extra_desc.load([off_n, step * BLOCK_K])",
     )
-    wrong = sorted(tuple(shape[:4]) for shape in _errors(dropped, tmp_path))
+    wrong = sorted(tuple(shape[:4]) for shape in run(dropped))
     # Only N = 32 fits in the first 32 columns of one tile: every other shape needs the second
     # part of a tile.
     assert wrong == sorted(shape for shape in SHAPES if shape[1] > 32)
 
 
-def test_a_wide_split_whose_last_split_skips_a_partial_is_wrong(tmp_path: Path) -> None:
+def test_a_wide_split_whose_last_split_skips_a_partial_is_wrong(run: Errors) -> None:
     dropped = _changed(
         "tma_wide_split", "for other in range(0, splits):", "for other in range(1, splits):"
     )
     # Every shape has two K steps at least, so every tile is split and summed.
-    assert len(_errors(dropped, tmp_path)) == len(SHAPES)
+    assert len(run(dropped)) == len(SHAPES)
 
 
-def test_a_wide_split_that_sums_only_the_first_chunk_of_rows_is_wrong(tmp_path: Path) -> None:
+def test_a_wide_split_that_sums_only_the_first_chunk_of_rows_is_wrong(run: Errors) -> None:
     dropped = _changed(
         "tma_wide_split", "for chunk in range(0, BLOCK_M // ROWS):", "for chunk in range(0, 1):"
     )
-    wrong = sorted(tuple(shape[:4]) for shape in _errors(dropped, tmp_path))
+    wrong = sorted(tuple(shape[:4]) for shape in run(dropped))
     # 64-row tiles summed in 32-row chunks: only shapes of more than 32 rows need the second.
     assert wrong == sorted(shape for shape in SHAPES if shape[0] > 32)
 
 
-def test_a_gemv_whose_programs_all_take_the_first_tokens_is_wrong(tmp_path: Path) -> None:
+def test_a_gemv_whose_programs_all_take_the_first_tokens_is_wrong(run: Errors) -> None:
     dropped = _changed(
         "gemv", "rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)", "rows = tl.arange(0, ROWS)"
     )
-    wrong = sorted(tuple(shape[:4]) for shape in _errors(dropped, tmp_path))
+    wrong = sorted(tuple(shape[:4]) for shape in run(dropped))
     # Up to two tokens a program: only the one-token shape needs no second row of programs.
     assert wrong == sorted(shape for shape in SHAPES if shape[0] > ARGS["gemv"][0])
