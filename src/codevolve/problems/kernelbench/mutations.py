@@ -5,6 +5,9 @@
   template's kernels (:mod:`codevolve.problems.kernelbench.templates`) and a forward launching
   them; the parent's forward stays as ``forward_torch``, the fallback for inputs the kernels do
   not take. A parent that already holds a template is left to ``tune``.
+- ``fuse``: a Level-2 forward (a heavy library call, then elementwise operations and
+  reductions) read as a chain (:mod:`codevolve.problems.kernelbench.chain`): library calls kept,
+  each tail one fused Triton kernel (:mod:`codevolve.problems.kernelbench.fuse`).
 - ``rewrite``: one pure-torch rewrite of the returned expression
   (:mod:`codevolve.problems.kernelbench.rewrites`: ``torch.diag(a) @ B`` as a broadcast product,
   ``torch.max(x, dim)[0]`` as ``amax``, the cat/narrow exclusive cumsum as ``cumsum(x) - x``, an
@@ -28,13 +31,21 @@ from codevolve.core.diff import Hunk, unique_line_hunk
 from codevolve.core.evolve_block import layout
 from codevolve.core.problem import Mutation, TreeEdit, TreeMutation
 from codevolve.core.prompt import Prompt
-from codevolve.problems.kernelbench.forward import body_statements, method, model_class
+from codevolve.problems.kernelbench.chain import read_chain
+from codevolve.problems.kernelbench.forward import Forward, body_statements, method, model_class
+from codevolve.problems.kernelbench.fuse import fused_template, plan
 from codevolve.problems.kernelbench.patterns import recognise
 from codevolve.problems.kernelbench.rewrites import replace, rewrites
-from codevolve.problems.kernelbench.template_text import FALLBACK_METHOD, IMPORTS, MARKER, TUNE
+from codevolve.problems.kernelbench.template_text import (
+    FALLBACK_METHOD,
+    IMPORTS,
+    MARKER,
+    TUNE,
+    Template,
+)
 from codevolve.problems.kernelbench.templates import template_for
 
-KIND_WEIGHTS = {"template": 3.0, "rewrite": 2.0, "tune": 3.0}
+KIND_WEIGHTS = {"template": 3.0, "fuse": 3.0, "rewrite": 2.0, "tune": 3.0}
 JUMP_SHARE = 0.25  # how often tune jumps to any listed value instead of a neighbour
 _TUNABLE = re.compile(
     r"^(?P<name>[A-Z_][A-Z0-9_]*) = (?P<value>-?\d+)\s+# tune: (?P<values>[-\d|]+)$"
@@ -73,15 +84,36 @@ def template(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | 
     found = recognise(tree)
     if cls is None or found is None or _holds_template(source) or method(cls, FALLBACK_METHOD):
         return None
+    return _class_hunk(source, cls, template_for(found.pattern, found.forward), found.forward)
+
+
+def fuse(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | None:
+    """A Level-2 forward (a library call and its tail) as library calls and fused kernels
+    (:mod:`codevolve.problems.kernelbench.chain`); None where no kernel would be worth one."""
+    del rng
+    cls = model_class(tree)
+    if cls is None or _holds_template(source) or method(cls, FALLBACK_METHOD):
+        return None
+    if recognise(tree) is not None:  # a Level-1 pattern: ``template`` proposes its kernel
+        return None
+    chain = read_chain(tree)
+    if chain is None or not chain.kernels:
+        return None
+    return _class_hunk(source, cls, fused_template(plan(chain)), chain.forward)
+
+
+def _class_hunk(source: str, cls: ast.ClassDef, built: Template, signature: Forward) -> Hunk | None:
+    """The class replaced by ``built``'s module text and a class whose forward is ``built``'s,
+    the parent's forward kept as the fallback."""
     forward = method(cls, "forward")
-    assert forward is not None  # recognise found it
+    if forward is None:
+        return None
     lines = source.split("\n")
     first, stop = _first_line(cls), cls.end_lineno or cls.lineno
     region = _region(source, first, stop - 1)
     if region is None:
         return None
-    built = template_for(found.pattern, found.forward)
-    returns = f" -> {found.forward.returns_source}" if found.forward.returns_source else ""
+    returns = f" -> {signature.returns_source}" if signature.returns_source else ""
     kept = _lines(lines, forward)
     head = forward.lineno - 1 - _first_line(forward)  # the ``def`` line, after any decorators
     kept[head] = kept[head].replace("def forward(", f"def {FALLBACK_METHOD}(", 1)
@@ -96,7 +128,7 @@ def template(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | 
         "",
         *[line for line in lines[first : _first_line(cls.body[0])] if line.strip()],
         *members,
-        f"    def forward({found.forward.args_source}){returns}:",
+        f"    def forward({signature.args_source}){returns}:",
         built.forward,
         "",
         "    # the parent's forward: the fallback for inputs the kernels do not take",
@@ -177,5 +209,10 @@ def kernel_mutations() -> tuple[Mutation, ...]:
     """The KernelBench moves, weighted for the simulated proposer; a child must parse."""
     return tuple(
         TreeMutation(kind, _tree_edit(edit), KIND_WEIGHTS[kind], check_child=True)
-        for kind, edit in (("template", template), ("rewrite", rewrite), ("tune", tune))
+        for kind, edit in (
+            ("template", template),
+            ("fuse", fuse),
+            ("rewrite", rewrite),
+            ("tune", tune),
+        )
     )

@@ -1,0 +1,627 @@
+"""Reading a Level-2 forward as a chain: library calls kept, elementwise tails fused.
+
+KernelBench's Level-2 problems run a heavy operator (``nn.Linear``, a matmul, a convolution or
+transposed convolution) and then a tail of cheap operations: activations, arithmetic with
+scalars and broadcast parameters, reductions along dimensions, softmax, residual additions. A
+kernel engineer keeps the library call for the heavy operator and computes the tail in one
+kernel. :func:`read_chain` reads ``ModelNew.forward`` (with ``ast``, never run) statement by
+statement into the steps of such a forward (:class:`Chain`):
+
+- a call the reader does not fuse (the heavy operator, a norm or pooling layer, a view, any call
+  it does not know) is a :class:`Let`: the statement as written, names renamed, after the values
+  it reads are computed;
+- elementwise operations (the lowerings of :mod:`codevolve.problems.kernelbench.lowerings`,
+  activation modules included) and reductions (sum, mean, max, min, logsumexp over one run of
+  dimensions, softmax and log-softmax over one, an adaptive average pool to one element) are
+  pending (:mod:`codevolve.problems.kernelbench.chain_values`) until something else reads them;
+  then they become one :class:`Launch` of a fused kernel, or the one torch call they are when
+  they are only one operation (a kernel of one operation saves nothing);
+- exact simplifications on the way: a reduction over a dimension already reduced to size 1 is
+  the identity (softmax there is ``x - x + 1``), ``clone``/``detach``/``contiguous`` and a
+  dropout built with ``p = 0`` are the identity, ``x + x`` is ``2 * x``.
+
+Any statement it does not read (a tuple assignment, an ``if``) is kept as written, so the chain
+always computes what the forward computes; :attr:`Chain.notes` says what was kept and why.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from codevolve.problems.kernelbench.calls import Call, bind, canonical_call, constant_value, dotted
+from codevolve.problems.kernelbench.chain_modules import (
+    SCALAR_METHODS,
+    Attributes,
+    activation_call,
+    attributes,
+    fresh_call,
+    module_call,
+    rank_of,
+)
+from codevolve.problems.kernelbench.chain_reduce import Reducer
+from codevolve.problems.kernelbench.chain_values import (
+    Kernel,
+    NotFusable,
+    Opaque,
+    Operand,
+    Pending,
+    Scalar,
+    Tables,
+    Tensor,
+    Value,
+    kernel_of,
+    simplify,
+)
+from codevolve.problems.kernelbench.expressions import BINOPS
+from codevolve.problems.kernelbench.forward import Forward, body_statements, method, model_class
+from codevolve.problems.kernelbench.lowerings import FLAGS, LOWERINGS, NoTranslation, power
+from codevolve.problems.kernelbench.tree import Const, Node, op
+
+_SCALAR_TYPES = {"float", "int", "bool"}
+_IDENTITIES = ("clone", "detach", "contiguous")
+_ALIASES = {"multiply": "mul", "subtract": "sub", "divide": "div", "true_divide": "div"}
+
+
+@dataclass(frozen=True, slots=True)
+class Let:
+    """A statement of the new forward as written (names renamed)."""
+
+    text: str
+    target: str  # the variable it binds, "" for any other statement
+    reads: frozenset[str]  # the forward's tensor variables it reads
+    module: str = ""  # ``target = self.<module>(<arg>)``: the module attribute
+    kind: str = ""  # and its class (``Conv2d``, ``Linear``)
+    arg: str = ""  # and its one argument
+    fresh: bool = False  # it binds a new tensor, never a view of another
+    weight: str = ""  # a product ``arg @ weight.T`` (a Linear's or a matmul's): the weight
+    checked: bool = False  # it binds None for inputs it does not take: forward falls back
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    target: str
+    kernel: Kernel
+
+
+Step = Let | Launch
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    forward: Forward
+    steps: tuple[Step, ...]
+    result: str  # the returned expression
+    guards: tuple[str, ...]  # conditions the new forward checks first (assumed attribute values)
+    notes: tuple[str, ...]  # what was kept as written, and why
+
+    @property
+    def kernels(self) -> tuple[Kernel, ...]:
+        return tuple(s.kernel for s in self.steps if isinstance(s, Launch))
+
+
+def read_chain(tree: ast.Module) -> Chain | None:
+    """The chain of ``ModelNew.forward``; None when there is no forward to read."""
+    cls = model_class(tree)
+    forward = method(cls, "forward") if cls is not None else None
+    if cls is None or forward is None:
+        return None
+    args = forward.args
+    if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or not args.args:
+        return None
+    reader = ChainReader(attributes(tree, cls), _prefix(tree))
+    for arg in args.args[1:]:
+        kind = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+        scalar = kind in _SCALAR_TYPES
+        reader.env[arg.arg] = (
+            Scalar(reader.tables.param(arg.arg), arg.arg) if scalar else Tensor(arg.arg, local=True)
+        )
+    result = reader.run(body_statements(forward))
+    signature = Forward(
+        args_source=ast.unparse(args),
+        returns_source=ast.unparse(forward.returns) if forward.returns else "",
+        inputs=tuple(a.arg for a in args.args[1:]),
+    )
+    return Chain(signature, tuple(reader.steps), result, tuple(reader.guards), tuple(reader.notes))
+
+
+def _prefix(tree: ast.Module) -> str:
+    """A prefix for the new forward's variables that no name of the program starts with."""
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    prefix = "t_"
+    while any(name.startswith(prefix) for name in names):
+        prefix = "t" + prefix
+    return prefix
+
+
+class ChainReader:
+    """Reads statements into steps; ``env`` maps the forward's names to values."""
+
+    def __init__(self, attrs: Attributes, prefix: str) -> None:
+        self.attrs = attrs
+        self.prefix = prefix
+        self.env: dict[str, Value] = {}
+        self.tables = Tables()
+        self.steps: list[Step] = []
+        self.guards: list[str] = []
+        self.notes: list[str] = []
+        self.materialized: dict[Pending, Tensor] = {}
+        self._names = itertools.count()
+        self._ops = itertools.count()
+        self.reducer = Reducer(self)
+
+    # -- statements -----------------------------------------------------------------------------
+
+    def run(self, body: Sequence[ast.stmt]) -> str:
+        for stmt in body:
+            if isinstance(stmt, ast.Return) and stmt.value is not None:
+                return self._returned(stmt.value)
+            target = _single_target(stmt)
+            if target is not None and isinstance(stmt, ast.Assign | ast.AnnAssign):
+                assert stmt.value is not None
+                value = self.attempt(functools.partial(self.value, stmt.value))
+                if not isinstance(value, str):
+                    self.env[target] = value
+                    continue
+                self.note(stmt, value)
+            self._kept(stmt)
+        return "None"
+
+    def attempt(self, read: Callable[[], Value]) -> Value | str:
+        """``read()``, or why not: the steps, names and guards it added are taken back."""
+        steps, guards = len(self.steps), list(self.guards)
+        env, materialized = dict(self.env), dict(self.materialized)
+        try:
+            return read()
+        except (NotFusable, NoTranslation) as why:
+            del self.steps[steps:]
+            self.guards[:] = guards
+            self.env, self.materialized = env, materialized
+            return str(why) or type(why).__name__
+
+    def _returned(self, expr: ast.expr) -> str:
+        value = self.attempt(lambda: self.value(expr))
+        if isinstance(value, Pending):
+            value = self.materialize(value)
+        if isinstance(value, Tensor):
+            return value.source
+        return self.rename(expr)[0]
+
+    def _kept(self, stmt: ast.stmt) -> None:
+        """A statement kept as written: the values it reads computed first, names renamed; the
+        names it binds hold what it computes (a tensor for a call, opaque otherwise)."""
+        text, reads = self.rename(stmt)
+        target = _single_target(stmt)
+        value = stmt.value if isinstance(stmt, ast.Assign | ast.AnnAssign) else None
+        if target is None or value is None:
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                    self.env[node.id] = Opaque(node.id)
+            self.steps.append(Let(text, "", reads))
+            return
+        source = ast.unparse(ast.parse(text).body[0].value)  # type: ignore[attr-defined]
+        self.env[target] = self.library(value, source, reads)
+
+    def note(self, stmt: ast.AST, why: str) -> None:
+        line = ast.unparse(stmt).split("\n")[0]
+        self.notes.append(f"kept: {line}" + (f" ({why})" if why else ""))
+
+    # -- naming --------------------------------------------------------------------------------
+
+    def fresh_name(self) -> str:
+        return f"{self.prefix}{next(self._names)}"
+
+    def rename(self, node: ast.AST) -> tuple[str, frozenset[str]]:
+        """``node`` as source with the forward's names as the new forward holds them; pending
+        values it reads are computed first."""
+        reads: set[str] = set()
+        renamer = _Renamer(self, reads)
+        renamed = renamer.visit(_copy(node))
+        return ast.unparse(renamed), frozenset(reads)
+
+    def library(self, expr: ast.expr, source: str, reads: frozenset[str]) -> Value:
+        """``<new variable> = <source>``: a step kept as written, its result a tensor for a
+        call or arithmetic on the forward's tensors, opaque otherwise (a shape, a size)."""
+        name = self.fresh_name()
+        ranks = {v.source: v.rank for v in self.env.values() if isinstance(v, Tensor)}
+        renamed = ast.parse(source, mode="eval").body
+        call = canonical_call(expr) if isinstance(expr, ast.Call) else None
+        tensor_like = isinstance(expr, ast.Call) or (
+            isinstance(expr, ast.BinOp | ast.UnaryOp) and bool(reads)
+        )
+        if not tensor_like or (call is not None and call.name in SCALAR_METHODS):
+            self.steps.append(Let(f"{name} = {source}", name, reads))
+            return Opaque(name)
+        found = module_call(expr, self.attrs)
+        module = kind = arg = ""
+        single = isinstance(renamed, ast.Call) and len(renamed.args) == 1 and not renamed.keywords
+        if found is not None and single:
+            assert isinstance(renamed, ast.Call)
+            module, kind, arg = found[0], found[1], ast.unparse(renamed.args[0])
+        fresh = fresh_call(expr, self.attrs)
+        weight = f"self.{module}.weight" if kind == "Linear" else ""
+        product = _transposed_product(renamed) if not module else None
+        if product is not None:
+            arg, weight = product
+        let = Let(f"{name} = {source}", name, reads, module, kind, arg, fresh, weight)
+        self.steps.append(let)
+        if isinstance(expr, ast.Call):
+            rank = rank_of(renamed, ranks, self.attrs)
+        else:  # arithmetic: the rank of the first tensor it reads (checked where it matters)
+            rank = next((ranks[r] for r in sorted(reads) if ranks.get(r) is not None), None)
+        return Tensor(name, rank=rank, local=True, fresh=fresh)
+
+    # -- values --------------------------------------------------------------------------------
+
+    def value(self, expr: ast.expr) -> Value:
+        number = constant_value(expr)
+        if number is not None:
+            return Scalar(Const(number), repr(number))
+        if isinstance(expr, ast.Name):
+            return self._name(expr.id)
+        chain = dotted(expr)
+        if isinstance(expr, ast.Attribute) and chain == f"self.{expr.attr}":
+            return self._attribute(expr.attr)
+        if chain.startswith("self.") and chain.split(".")[1] in self.attrs.modules:
+            return Scalar(self.tables.param(chain), chain)  # a module's setting: a number
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub | ast.UAdd):
+            inner = self.value(expr.operand)
+            if isinstance(expr.op, ast.UAdd):
+                return inner
+            return self.combine(expr, [inner], lambda n: op("neg", n[0]))
+        if isinstance(expr, ast.BinOp):
+            return self._binop(expr)
+        if isinstance(expr, ast.Subscript | ast.Attribute):
+            return self.reducer.indexed(expr)
+        if isinstance(expr, ast.Call):
+            return self._call(expr)
+        raise NotFusable(type(expr).__name__)
+
+    def _name(self, name: str) -> Value:
+        if name in self.env:
+            value = self.env[name]
+            if isinstance(value, Opaque):
+                raise NotFusable(f"{name} is not a tensor the reader follows")
+            return value
+        if name in self.attrs.constants:
+            return Scalar(self.tables.param(name), name)
+        raise NotFusable(f"unknown name {name}")
+
+    def _attribute(self, attr: str) -> Value:
+        if attr in self.attrs.tensors:
+            return Tensor(f"self.{attr}")
+        if attr in self.attrs.scalars:
+            return Scalar(self.tables.param(f"self.{attr}"), f"self.{attr}")
+        raise NotFusable(f"self.{attr}")
+
+    def _binop(self, expr: ast.BinOp) -> Value:
+        left = self.value(expr.left)
+        if isinstance(expr.op, ast.Pow):
+            exponent = constant_value(expr.right)
+
+            def raised(nodes: list[Node]) -> Node:
+                result = power(nodes[0], exponent)
+                if result is None:
+                    raise NotFusable(f"power {exponent}")
+                return result
+
+            return self.combine(expr, [left], raised)
+        name = BINOPS.get(type(expr.op))
+        if name is None:
+            raise NotFusable(type(expr.op).__name__)
+        right = self.value(expr.right)
+        return self.combine(expr, [left, right], lambda n: op(name, n[0], n[1]))
+
+    def _call(self, expr: ast.Call) -> Value:
+        """A call: fused where the reader can, else a library step (the call as written)."""
+        call = canonical_call(expr)
+        found = module_call(expr, self.attrs)
+        outside = call is None or call.name == "tensor" or not self._reads_locals(expr)
+        if found is None and outside:
+            return self._outside(expr, call)
+        value = self.attempt(
+            lambda: self._module(expr, *found) if found is not None else self._fused(expr, call)
+        )
+        return value if not isinstance(value, str) else self._hoisted(expr)
+
+    def _fused(self, expr: ast.Call, call: Call | None) -> Value:
+        assert call is not None
+        if call.name in _IDENTITIES and len(call.args) == 1 and not call.keywords:
+            return self.value(call.args[0])
+        if call.name in ("min", "max", "minimum", "maximum") and self.reducer.is_pair(call):
+            return self._lowered(expr, call, "minimum" if "min" in call.name else "maximum")
+        reduced = self.reducer.call(expr, call)
+        if reduced is not None:
+            return reduced
+        name = _ALIASES.get(call.name, call.name)
+        if name in LOWERINGS:
+            return self._lowered(expr, call, name)
+        return self._hoisted(expr)
+
+    def _module(self, expr: ast.Call, attr: str, kind: str) -> Value:
+        if kind == "Identity" and len(expr.args) == 1:
+            return self.value(expr.args[0])
+        if (
+            kind.startswith("Dropout")
+            and len(expr.args) == 1
+            and _zero_dropout(self.attrs.modules[attr])
+        ):
+            return self.value(expr.args[0])
+        if kind == "AdaptiveAvgPool1d" or kind in ("AdaptiveAvgPool2d", "AdaptiveAvgPool3d"):
+            pooled = self.reducer.adaptive(expr, attr, kind)
+            if pooled is not None:
+                return pooled
+        functional = activation_call(expr, attr, self.attrs)
+        if functional is not None:
+            inplace = next((k.value for k in functional.keywords if k.arg == "inplace"), None)
+            if not (isinstance(inplace, ast.Constant) and inplace.value):
+                return self._fused(functional, canonical_call(functional))
+        raise NotFusable(f"self.{attr} ({kind})")
+
+    def _outside(self, expr: ast.Call, call: Call | None) -> Value:
+        """A call reading none of the forward's tensors: a scalar, or a tensor of the module's
+        (``self.subtract.view(1, -1, 1, 1, 1)``), evaluated in forward."""
+        if call is not None and call.name == "tensor" and call.args:
+            if set(call.keywords) - {"device"}:
+                raise NotFusable("torch.tensor with a dtype")
+            inner = self.value(call.args[0])
+            if isinstance(inner, Scalar):
+                return inner
+            raise NotFusable("torch.tensor of a tensor")
+        if any(isinstance(v, Tensor) for v in self._names_in(expr)):
+            return Tensor(self.rename(expr)[0])
+        if dotted(expr.func) in ("float", "int", "abs") or dotted(expr.func).startswith("math."):
+            source = self.rename(expr)[0]
+            return Scalar(self.tables.param(source), source)
+        raise NotFusable(ast.unparse(expr.func))
+
+    def _hoisted(self, expr: ast.Call) -> Value:
+        """A library call inside an expression: a step of its own, its result a tensor."""
+        source, reads = self.rename(expr)
+        return self.library(expr, source, reads)
+
+    def _lowered(self, expr: ast.Call, call: Call, name: str) -> Value:
+        lower = LOWERINGS[name]
+        bound = bind(call, lower.names, lower.defaults)
+        if not bound:
+            raise NotFusable(f"{call.name}'s arguments")
+        flags: dict[str, object] = {}
+        names: list[str] = []
+        values: list[Value] = []
+        for key, given in bound.items():
+            if key in FLAGS:
+                if given is not None and not isinstance(given, ast.Constant):
+                    raise NotFusable(f"{call.name}'s {key}")
+                if isinstance(given, ast.Constant):
+                    flags[key] = given.value
+                continue
+            if given is None:
+                continue
+            names.append(key)
+            values.append(self.value(given) if isinstance(given, ast.expr) else _number(given, key))
+        if flags.get("inplace"):
+            raise NotFusable("an in-place call")
+
+        def build(nodes: list[Node]) -> Node:
+            built = lower.build(dict(zip(names, nodes, strict=True)), flags)
+            if built is None:
+                raise NotFusable(f"{call.name} with these flags")
+            return built
+
+        return self.combine(expr, values, build)
+
+    def _reads_locals(self, expr: ast.expr) -> bool:
+        return any(isinstance(v, Tensor | Pending) and _local(v) for v in self._names_in(expr))
+
+    def _names_in(self, expr: ast.expr) -> list[Value]:
+        found: list[Value] = []
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Name) and node.id in self.env:
+                found.append(self.env[node.id])
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+                and node.attr in self.attrs.tensors
+            ):
+                found.append(Tensor(f"self.{node.attr}"))
+        return found
+
+    # -- combining values -----------------------------------------------------------------------
+
+    def combine(
+        self, expr: ast.expr, values: list[Value], build: Callable[[list[Node]], Node]
+    ) -> Value:
+        """One elementwise operation over ``values``: a pending value on the first pending
+        value's (or local tensor's) main, or a scalar, or a tensor expression of the module's."""
+        if any(isinstance(v, Opaque) for v in values):
+            raise NotFusable("an opaque value")
+        simple = not any(isinstance(v, Pending) for v in values)
+        torch_source = self.rename(expr)[0] if simple else ""
+        if all(isinstance(v, Scalar) for v in values):
+            nodes = [v.node for v in values if isinstance(v, Scalar)]
+            return Scalar(simplify(build(nodes)), torch_source)
+        frame = self._frame(values)
+        if frame is None:  # tensors of the module and scalars: a torch expression
+            return Tensor(torch_source)
+        level = self._level(frame, values)
+        nodes = [self._node(v, frame, level) for v in values]
+        ops = frozenset().union(*(v.ops for v in values if isinstance(v, Pending)))
+        groups = {v.group for v in values if isinstance(v, Pending) and v.group}
+        return Pending(
+            main=frame.main,
+            node=simplify(build(nodes)),
+            reduced=level.reduced,
+            present=level.present,
+            group=next(iter(groups), ()),
+            ops=ops | {next(self._ops)},
+            torch=torch_source,
+        )
+
+    def _frame(self, values: list[Value]) -> Pending | None:
+        """The pending value (or a local tensor as one) whose main the result is computed on."""
+        for value in values:
+            if isinstance(value, Pending):
+                return value
+        for value in values:
+            if isinstance(value, Tensor) and value.local:
+                return self.start(value)
+        return None
+
+    def start(self, tensor: Tensor) -> Pending:
+        """A local tensor as a pending value on itself (no operation yet)."""
+        present = tuple(range(tensor.rank)) if tensor.rank is not None else ()
+        node = self.tables.slot(Operand(tensor.source))
+        return Pending(main=tensor, node=node, present=present)
+
+    def _level(self, frame: Pending, values: list[Value]) -> Pending:
+        """The shape of the operation's result: the main's when any operand is full (a reduced
+        operand that kept its dimensions broadcasts back), else the reduced operands'."""
+        mine = [v for v in values if isinstance(v, Pending) and v.main == frame.main]
+        full = any(not v.reduced for v in mine) or frame.main in values
+        reduced = [v for v in mine if v.reduced]
+        if reduced and not full:
+            return reduced[0]
+        return frame if not frame.reduced else self.start(frame.main)
+
+    def _node(self, value: Value, frame: Pending, level: Pending) -> Node:
+        if isinstance(value, Scalar):
+            return value.node
+        if isinstance(value, Pending) and not self._fits(value, frame, level):
+            value = self.materialize(value)
+        if isinstance(value, Pending):
+            return value.node
+        assert isinstance(value, Tensor)
+        if level.reduced and value.local:
+            # a tensor of forward's with a reduced value: it may widen the result (torch
+            # broadcasts the reduced value onto it), which a kernel writing the reduced shape
+            # cannot: that operation is left to torch
+            raise NotFusable("a tensor of forward's with a reduced value")
+        present = level.present if level.reduced else None
+        return self.tables.slot(Operand(value.source, present))
+
+    def _fits(self, value: Pending, frame: Pending, level: Pending) -> bool:
+        """``value`` combines with the others at ``level`` in one kernel."""
+        if value.main != frame.main:
+            return False
+        if value.group and level.group and value.group != level.group:
+            return False
+        if value.group and frame.group and value.group != frame.group:
+            return False
+        if not value.reduced:
+            return not level.reduced
+        if level.reduced:
+            return (value.reduced, value.present) == (level.reduced, level.present)
+        rank = frame.main.rank  # a reduced value broadcasts back where it kept its dimensions
+        return rank is not None and value.present == tuple(range(rank))
+
+    def materialize(self, value: Pending) -> Tensor:
+        """``value`` computed: one fused kernel, or the one torch call it is."""
+        if value in self.materialized:
+            return self.materialized[value]
+        kernel = kernel_of(value, self.tables)
+        name = self.fresh_name()
+        if self._convolved(value.main):  # its bias is added by the kernel (see fuse.py)
+            kernel = dataclasses.replace(kernel, ops=kernel.ops + 1)
+        rank = value.main.rank if value.full else len(value.present)
+        if value.main.rank is None and not value.full:
+            rank = None
+        if kernel.ops < 2 and value.torch:
+            ranks = {v.source: v.rank for v in self.env.values() if isinstance(v, Tensor)}
+            reads = frozenset(
+                n.id for n in ast.walk(ast.parse(value.torch)) if isinstance(n, ast.Name)
+            ) & set(ranks)
+            self.steps.append(Let(f"{name} = {value.torch}", name, reads, fresh=True))
+        else:
+            self.steps.append(Launch(name, kernel))
+        tensor = Tensor(name, rank=rank, local=True, fresh=True)
+        self.materialized[value] = tensor
+        for key, held in self.env.items():
+            if held == value:
+                self.env[key] = tensor
+        return tensor
+
+    def _convolved(self, tensor: Tensor) -> bool:
+        """``tensor`` is a convolution module's result, bias added after it (as eager does)."""
+        return any(
+            isinstance(s, Let) and s.target == tensor.source and s.kind.startswith("Conv")
+            for s in self.steps
+        )
+
+
+class _Renamer(ast.NodeTransformer):
+    """The forward's names as the new forward holds them; pending values computed first."""
+
+    def __init__(self, reader: ChainReader, reads: set[str]) -> None:
+        self.reader = reader
+        self.reads = reads
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        value = self.reader.env.get(node.id)
+        if isinstance(node.ctx, ast.Store) or value is None:
+            return node
+        if isinstance(value, Pending):
+            value = self.reader.materialize(value)
+        if isinstance(value, Tensor):
+            if value.local:
+                self.reads.add(value.source)
+            return ast.parse(value.source, mode="eval").body
+        if isinstance(value, Scalar | Opaque) and value.source and value.source != node.id:
+            return ast.parse(value.source, mode="eval").body  # held elsewhere in the new forward
+        return node
+
+
+def _transposed_product(call: ast.expr) -> tuple[str, str] | None:
+    """``torch.matmul(a, self.w.T)`` (or ``mm``, ``.t()``): (a, "self.w")."""
+    found = canonical_call(call)
+    if found is None or found.name not in ("matmul", "mm") or len(found.args) != 2:
+        return None
+    a, b = found.args
+    inner = b.value if isinstance(b, ast.Attribute) and b.attr == "T" else None
+    bound = canonical_call(b)
+    if bound is not None and bound.name == "t" and len(bound.args) == 1 and not bound.keywords:
+        inner = bound.args[0]
+    if inner is None or not dotted(inner).startswith("self.") or dotted(inner).count(".") != 1:
+        return None
+    return ast.unparse(a), dotted(inner)
+
+
+def _copy(node: ast.AST) -> ast.AST:
+    return ast.parse(ast.unparse(node)).body[0] if isinstance(node, ast.stmt) else _expr(node)
+
+
+def _expr(node: ast.AST) -> ast.AST:
+    return ast.parse(ast.unparse(node), mode="eval").body
+
+
+def _single_target(stmt: ast.stmt) -> str | None:
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        target = stmt.targets[0]
+    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+        target = stmt.target
+    else:
+        return None
+    return target.id if isinstance(target, ast.Name) else None
+
+
+def _local(value: Value) -> bool:
+    return isinstance(value, Pending) or (isinstance(value, Tensor) and value.local)
+
+
+def _number(value: object, name: str) -> Scalar:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise NotFusable(f"argument {name}")
+    return Scalar(Const(float(value)), repr(value))
+
+
+def _zero_dropout(built: ast.Call) -> bool:
+    given = (
+        built.args[0]
+        if built.args
+        else next((k.value for k in built.keywords if k.arg == "p"), None)
+    )
+    return given is not None and constant_value(given) == 0.0
