@@ -18,6 +18,7 @@ wherever a launcher declines its inputs.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from codevolve.problems.kernelbench.chain import Chain, Launch, Let, Step
 from codevolve.problems.kernelbench.chain_values import Kernel, Operand, Reduction, substitute
@@ -129,11 +130,15 @@ def _with_bias(kernel: Kernel, module: str) -> Kernel:
     )
 
 
-def fused_template(chain: Chain) -> Template:
-    """The module text (kernels, launchers) and forward body of a planned chain."""
-    tunables: list[str] = []
-    texts: list[str] = []
-    nodes = []
+def fused_template(
+    chain: Chain, tunables: Sequence[str] = (), text: str = "", extra: Kernel | None = None
+) -> Template:
+    """The module text (kernels, launchers) and forward body of a planned chain, with the
+    ``tunables`` and kernel ``text`` of a step it calls beside its fused kernels (computing
+    ``extra``'s tail)."""
+    tunables = list(tunables)
+    texts: list[str] = [text] if text else []
+    nodes = [extra.out] if extra is not None else []
     for k, kernel in enumerate(chain.kernels):
         lines, text = kernel_text(k, kernel)
         tunables += lines
@@ -161,7 +166,7 @@ def fused_template(chain: Chain) -> Template:
         ]
         k += 1
     body.append(f"return {chain.result}")
-    count = len(chain.kernels)
+    count = len(chain.kernels) + bool(text)
     what = f"library calls kept, {count} fused kernel{'s' if count > 1 else ''}"
     module = module_text("fused", what, tunables, shared + "\n\n" + "\n\n".join(texts))
     return Template("fused", module, indent(body, 8))

@@ -81,7 +81,7 @@ def call(k: int, kernel: Kernel) -> str:
 # --- shared pieces ---------------------------------------------------------------------------
 
 
-def _names(kernel: Kernel) -> tuple[str, str, str]:
+def names(kernel: Kernel) -> tuple[str, str, str]:
     """The launcher's parameters, the kernel's operand parameters and their MODE constexprs."""
     count = len(kernel.operands)
     names = ["x", *(f"o{i}" for i in range(1, count + 1))]
@@ -105,7 +105,7 @@ def _value(kernel: Kernel) -> Callable[[int], str]:
     return name
 
 
-def _loads(kernel: Kernel, nodes: list[Node], mask: str) -> list[str]:
+def loads(kernel: Kernel, nodes: list[Node], mask: str) -> list[str]:
     """Loads of main and the full-level operands ``nodes`` read, at ``flat``."""
     slots = sorted({n.slot for node in nodes for n in leaves(node) if isinstance(n, Input)})
     lines = []
@@ -131,7 +131,7 @@ def _reduced_loads(kernel: Kernel, mask: str | None) -> list[str]:
     return lines
 
 
-def _operand_prep(kernel: Kernel) -> list[str]:
+def operand_prep(kernel: Kernel) -> list[str]:
     """The launcher's checks of its operands (``shape``: main's, ``kept``: the reduced)."""
     lines = []
     for slot, operand in enumerate(kernel.operands, start=1):
@@ -144,7 +144,7 @@ def _operand_prep(kernel: Kernel) -> list[str]:
     return lines
 
 
-def _launch_args(kernel: Kernel) -> tuple[str, str]:
+def launch_args(kernel: Kernel) -> tuple[str, str]:
     """The launch's operand and parameter arguments, and its MODE keywords."""
     count = len(kernel.operands)
     args = "".join(f"*a{i}[:3], " for i in range(1, count + 1))
@@ -164,7 +164,7 @@ def _head(kernel: Kernel) -> list[str]:
 
 
 def _launcher(k: int, kernel: Kernel, body: list[str], what: str) -> str:
-    params, _, _ = _names(kernel)
+    params, _, _ = names(kernel)
     return f'def fused{k}({params}):\n    """{what}; None for inputs it does not take."""\n' + (
         indent(body, 4) + "\n"
     )
@@ -174,23 +174,23 @@ def _launcher(k: int, kernel: Kernel, body: list[str], what: str) -> str:
 
 
 def _elementwise(k: int, kernel: Kernel) -> tuple[list[str], str]:
-    _, operand_args, modes = _names(kernel)
-    loads = _loads(kernel, [kernel.out], "mask")
+    _, operand_args, modes = names(kernel)
+    loaded = loads(kernel, [kernel.out], "mask")
     jit = f"""
 @triton.jit
 def fused{k}_kernel(x_ptr, out_ptr, {operand_args}{_param_names(kernel)}n,
 {" " * (len(f"fused{k}_kernel") + 5)}BLOCK: tl.constexpr{modes}):
     flat = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = flat < n
-{indent(loads, 4)}
+{indent(loaded, 4)}
     y = {render(kernel.out, _value(kernel))}
     tl.store(out_ptr + flat, y.to(out_ptr.dtype.element_ty), mask=mask)
 """
-    args, mode_kw = _launch_args(kernel)
+    args, mode_kw = launch_args(kernel)
     out = "x" if kernel.in_place else "torch.empty_like(x)"
     body = [
         *_head(kernel),
-        *_operand_prep(kernel),
+        *operand_prep(kernel),
         f"out = {out}",
         "n = x.numel()",
         f"fused{k}_kernel[(triton.cdiv(n, F{k}_BLOCK),)](",
@@ -223,7 +223,7 @@ def _depths(kernel: Kernel) -> list[int]:
 
 
 def _reducing(k: int, kernel: Kernel) -> tuple[list[str], str]:
-    _, operand_args, modes = _names(kernel)
+    _, operand_args, modes = names(kernel)
     params = _param_names(kernel)
     rows = _reduction_kernel(k, kernel, cols=False)
     cols = _reduction_kernel(k, kernel, cols=True)
@@ -236,7 +236,7 @@ def _reducing(k: int, kernel: Kernel) -> tuple[list[str], str]:
     )
     jit = f"\n@triton.jit\n{head}\n{rows}\n\n@triton.jit\n{cols_head}\n{cols}"
     lo, hi = kernel.axes[0], kernel.axes[-1] + 1
-    args, mode_kw = _launch_args(kernel)
+    args, mode_kw = launch_args(kernel)
     out = "x" if kernel.in_place else "torch.empty(out_shape, dtype=x.dtype, device=x.device)"
     body = [
         *_head(kernel),
@@ -246,7 +246,7 @@ def _reducing(k: int, kernel: Kernel) -> tuple[list[str], str]:
         "out_shape = shape"
         if kernel.full
         else f"out_shape = tuple(kept[d] for d in {kernel.present})",
-        *_operand_prep(kernel),
+        *operand_prep(kernel),
         f"out = {out}",
         "if inner == 1:  # the reduced run is innermost: one program per row",
         f"    block = min(F{k}_ROW_BLOCK, max(16, triton.next_power_of_2(R)))",
@@ -313,14 +313,14 @@ def _reduction_kernel(k: int, kernel: Kernel, *, cols: bool) -> str:
     for depth in range(1, max(depths) + 1):
         mine = [(i, r) for i, r in enumerate(kernel.reductions) if depths[i] == depth]
         lines += [line for i, r in mine for line in _init(i, r.kind, shape)]
-        lines += loop + ["    " + s for s in _loads(kernel, [r.value for _, r in mine], "mask")]
+        lines += loop + ["    " + s for s in loads(kernel, [r.value for _, r in mine], "mask")]
         for i, reduction in mine:
             computed = render(reduction.value, value)
             lines += ["    " + s for s in _accumulate(i, reduction.kind, computed)]
         lines += [line for i, r in mine for line in _finish(i, r.kind, keep)]
     y = render(kernel.out, value)
     if kernel.full:
-        lines += loop + ["    " + s for s in _loads(kernel, [kernel.out], "mask")]
+        lines += loop + ["    " + s for s in loads(kernel, [kernel.out], "mask")]
         lines += [
             f"    y = {y}",
             "    tl.store(out_ptr + flat, y.to(out_ptr.dtype.element_ty), mask=mask)",

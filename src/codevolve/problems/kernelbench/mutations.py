@@ -8,6 +8,8 @@
 - ``fuse``: a Level-2 forward (a heavy library call, then elementwise operations and
   reductions) read as a chain (:mod:`codevolve.problems.kernelbench.chain`): library calls kept,
   each tail one fused Triton kernel (:mod:`codevolve.problems.kernelbench.fuse`).
+- ``epilogue``: the same with a linear layer and its elementwise tail as one Triton matrix
+  product (:mod:`codevolve.problems.kernelbench.epilogue`), the alternative to cuBLAS's.
 - ``rewrite``: one pure-torch rewrite of the returned expression
   (:mod:`codevolve.problems.kernelbench.rewrites`: ``torch.diag(a) @ B`` as a broadcast product,
   ``torch.max(x, dim)[0]`` as ``amax``, the cat/narrow exclusive cumsum as ``cumsum(x) - x``, an
@@ -32,6 +34,7 @@ from codevolve.core.evolve_block import layout
 from codevolve.core.problem import Mutation, TreeEdit, TreeMutation
 from codevolve.core.prompt import Prompt
 from codevolve.problems.kernelbench.chain import read_chain
+from codevolve.problems.kernelbench.epilogue import with_epilogue
 from codevolve.problems.kernelbench.forward import Forward, body_statements, method, model_class
 from codevolve.problems.kernelbench.fuse import fused_template, plan
 from codevolve.problems.kernelbench.patterns import recognise
@@ -45,7 +48,7 @@ from codevolve.problems.kernelbench.template_text import (
 )
 from codevolve.problems.kernelbench.templates import template_for
 
-KIND_WEIGHTS = {"template": 3.0, "fuse": 3.0, "rewrite": 2.0, "tune": 3.0}
+KIND_WEIGHTS = {"template": 3.0, "fuse": 3.0, "epilogue": 2.0, "rewrite": 2.0, "tune": 3.0}
 JUMP_SHARE = 0.25  # how often tune jumps to any listed value instead of a neighbour
 _TUNABLE = re.compile(
     r"^(?P<name>[A-Z_][A-Z0-9_]*) = (?P<value>-?\d+)\s+# tune: (?P<values>[-\d|]+)$"
@@ -100,6 +103,21 @@ def fuse(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | None
     if chain is None or not chain.kernels:
         return None
     return _class_hunk(source, cls, fused_template(plan(chain)), chain.forward)
+
+
+def epilogue(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | None:
+    """The ``fuse`` proposal with a linear layer and its elementwise tail as one Triton matrix
+    product (:mod:`codevolve.problems.kernelbench.epilogue`); None where there is no such pair."""
+    del rng
+    cls = model_class(tree)
+    if cls is None or _holds_template(source) or method(cls, FALLBACK_METHOD):
+        return None
+    chain = read_chain(tree) if recognise(tree) is None else None
+    found = with_epilogue(chain) if chain is not None else None
+    if found is None:
+        return None
+    built = fused_template(plan(found.chain), found.tunables, found.text, found.kernel)
+    return _class_hunk(source, cls, built, found.chain.forward)
 
 
 def _class_hunk(source: str, cls: ast.ClassDef, built: Template, signature: Forward) -> Hunk | None:
@@ -212,6 +230,7 @@ def kernel_mutations() -> tuple[Mutation, ...]:
         for kind, edit in (
             ("template", template),
             ("fuse", fuse),
+            ("epilogue", epilogue),
             ("rewrite", rewrite),
             ("tune", tune),
         )
