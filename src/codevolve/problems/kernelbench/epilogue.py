@@ -16,7 +16,13 @@ import dataclasses
 
 from codevolve.problems.kernelbench.chain import Chain, Launch, Let, Step
 from codevolve.problems.kernelbench.chain_values import Kernel
-from codevolve.problems.kernelbench.fused_template import launch_args, loads, names, operand_prep
+from codevolve.problems.kernelbench.fused_template import (
+    launch_args,
+    layouts,
+    loads,
+    names,
+    operand_prep,
+)
 from codevolve.problems.kernelbench.template_text import (
     STAGES,
     WARPS,
@@ -85,7 +91,7 @@ def _kernel_text(kernel: Kernel) -> tuple[list[str], str]:
         + [f"p{j}" for j in range(len(kernel.params))]
     )
     scalars = "".join(f"p{j}, " for j in range(len(kernel.params)))
-    value_loads = loads(kernel, [kernel.out], "mask")
+    value_loads = loads(kernel, [kernel.out], "mask", "rm[:, None], 0, rn[None, :]")
     value_loads = [line for line in value_loads if not line.startswith("x0 =")]
     jit = f"""
 @triton.jit
@@ -121,7 +127,7 @@ def linear_fused0_kernel(a_ptr, w_ptr, bias_ptr, out_ptr, {operand_args}{scalars
     y = {render(kernel.out, lambda slot: f"x{slot}")}
     tl.store(out_ptr + flat, y.to(out_ptr.dtype.element_ty), mask=mask)
 """
-    args, mode_kw = launch_args(kernel)
+    args, mode_kw = launch_args(kernel, "b")
     body = [
         "if (not isinstance(a, torch.Tensor) or a.ndim != 2 or not a.is_floating_point()",
         "        or a.dtype != w.dtype or w.ndim != 2 or a.shape[1] != w.shape[1]",
@@ -132,6 +138,7 @@ def linear_fused0_kernel(a_ptr, w_ptr, bias_ptr, out_ptr, {operand_args}{scalars
         "x = torch.empty((M, N), dtype=a.dtype, device=a.device)",
         "shape = (M, N)",
         *operand_prep(kernel),
+        *layouts(kernel, "N, 0, 0, N", "N, 0, 0, N"),
         "bm = min(L0_BLOCK_M, max(16, triton.next_power_of_2(M)))",
         "bn = min(L0_BLOCK_N, max(16, triton.next_power_of_2(N)))",
         "bk = min(L0_BLOCK_K, max(16, triton.next_power_of_2(K)))",

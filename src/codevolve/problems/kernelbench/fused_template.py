@@ -53,14 +53,33 @@ def broadcast_index(t, shape, like):
     return t.contiguous(), div, mod, 0 if div == 1 and mod == math.prod(shape) else 2
 
 
+def layout_mode(found, row_div, mid_div, mid_mod, col_mod):
+    """found's mode narrowed to the kernel's layout (flat = (row * M + mid) * C + col):
+    3 reads row % mod, 4 the middle index, 5 the column: no division per element."""
+    t, div, mod, mode = found
+    if mode == 2 and div == row_div:
+        mode = 3
+    elif mode == 2 and div == mid_div and mod == mid_mod:
+        mode = 4
+    elif mode == 2 and div == 1 and mod == col_mod:
+        mode = 5
+    return t, div, mod, mode
+
+
 @triton.jit
-def operand_offset(flat, div, mod, MODE: tl.constexpr):
+def operand_offset(flat, row, mid, col, div, mod, MODE: tl.constexpr):
     # where a broadcast operand holds its value for each flat index of the output
     offs = flat
     if MODE == 1:
         offs = flat * 0
     if MODE == 2:
         offs = (flat // div) % mod
+    if MODE == 3:
+        offs = flat * 0 + row % mod
+    if MODE == 4:
+        offs = flat * 0 + mid
+    if MODE == 5:
+        offs = flat * 0 + col
     return offs
 '''
 
@@ -105,8 +124,9 @@ def _value(kernel: Kernel) -> Callable[[int], str]:
     return name
 
 
-def loads(kernel: Kernel, nodes: list[Node], mask: str) -> list[str]:
-    """Loads of main and the full-level operands ``nodes`` read, at ``flat``."""
+def loads(kernel: Kernel, nodes: list[Node], mask: str, index: str) -> list[str]:
+    """Loads of main and the full-level operands ``nodes`` read, at ``flat`` (``index``: the
+    kernel's row, middle and column indices, for :func:`operand_offset`)."""
     slots = sorted({n.slot for node in nodes for n in leaves(node) if isinstance(n, Input)})
     lines = []
     for slot in slots:
@@ -114,18 +134,18 @@ def loads(kernel: Kernel, nodes: list[Node], mask: str) -> list[str]:
             lines.append(f"x0 = tl.load(x_ptr + flat, mask={mask}, other=0.0).to(tl.float32)")
         elif not _reduced(kernel, slot):
             lines.append(
-                f"x{slot} = tl.load(o{slot}_ptr + operand_offset(flat, d{slot}, m{slot}, "
-                f"MODE{slot}), mask={mask}, other=0.0).to(tl.float32)"
+                f"x{slot} = tl.load(o{slot}_ptr + operand_offset(flat, {index}, d{slot}, "
+                f"m{slot}, MODE{slot}), mask={mask}, other=0.0).to(tl.float32)"
             )
     return lines
 
 
-def _reduced_loads(kernel: Kernel, mask: str | None) -> list[str]:
+def _reduced_loads(kernel: Kernel, mask: str | None, index: str) -> list[str]:
     """Loads of the reduced-level operands, at the output's index ``rflat``."""
     lines = []
     for slot, operand in enumerate(kernel.operands, start=1):
         if operand.present is not None:
-            where = f"o{slot}_ptr + operand_offset(rflat, d{slot}, m{slot}, MODE{slot})"
+            where = f"o{slot}_ptr + operand_offset(rflat, {index}, d{slot}, m{slot}, MODE{slot})"
             masked = f", mask={mask}, other=0.0" if mask else ""
             lines.append(f"r{slot} = tl.load({where}{masked}).to(tl.float32)")
     return lines
@@ -144,13 +164,24 @@ def operand_prep(kernel: Kernel) -> list[str]:
     return lines
 
 
-def launch_args(kernel: Kernel) -> tuple[str, str]:
-    """The launch's operand and parameter arguments, and its MODE keywords."""
+def launch_args(kernel: Kernel, prefix: str = "a") -> tuple[str, str]:
+    """The launch's operand and parameter arguments, and its MODE keywords (the operands as
+    ``<prefix><slot>``)."""
     count = len(kernel.operands)
-    args = "".join(f"*a{i}[:3], " for i in range(1, count + 1))
+    args = "".join(f"*{prefix}{i}[:3], " for i in range(1, count + 1))
     args += "".join(f"float(p{j}), " for j in range(len(kernel.params)))
-    modes = "".join(f", MODE{i}=a{i}[3]" for i in range(1, count + 1))
+    modes = "".join(f", MODE{i}={prefix}{i}[3]" for i in range(1, count + 1))
     return args, modes
+
+
+def layouts(kernel: Kernel, full: str, reduced: str) -> list[str]:
+    """Each operand's mode narrowed to a kernel's layout: ``full`` and ``reduced`` are the
+    ``layout_mode`` arguments for operands at main's shape and at the reduced one."""
+    lines = []
+    for slot, operand in enumerate(kernel.operands, start=1):
+        given = full if operand.present is None else reduced
+        lines.append(f"b{slot} = layout_mode(a{slot}, {given})")
+    return lines
 
 
 def _head(kernel: Kernel) -> list[str]:
@@ -175,26 +206,36 @@ def _launcher(k: int, kernel: Kernel, body: list[str], what: str) -> str:
 
 def _elementwise(k: int, kernel: Kernel) -> tuple[list[str], str]:
     _, operand_args, modes = names(kernel)
-    loaded = loads(kernel, [kernel.out], "mask")
+    loaded = loads(kernel, [kernel.out], "mask", "row, 0, col")
     jit = f"""
 @triton.jit
-def fused{k}_kernel(x_ptr, out_ptr, {operand_args}{_param_names(kernel)}n,
+def fused{k}_kernel(x_ptr, out_ptr, {operand_args}{_param_names(kernel)}L, blocks,
 {" " * (len(f"fused{k}_kernel") + 5)}BLOCK: tl.constexpr{modes}):
-    flat = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = flat < n
+    # main as rows of L elements, BLOCK of one row per program
+    pid = tl.program_id(0).to(tl.int64)
+    row = pid // blocks
+    col = (pid % blocks) * BLOCK + tl.arange(0, BLOCK)
+    mask = col < L
+    flat = row * L + col
 {indent(loaded, 4)}
     y = {render(kernel.out, _value(kernel))}
     tl.store(out_ptr + flat, y.to(out_ptr.dtype.element_ty), mask=mask)
 """
-    args, mode_kw = launch_args(kernel)
+    args, mode_kw = launch_args(kernel, "b")
     out = "x" if kernel.in_place else "torch.empty_like(x)"
+    found = "".join(f"a{s}, " for s in range(1, len(kernel.operands) + 1))
     body = [
         *_head(kernel),
         *operand_prep(kernel),
         f"out = {out}",
         "n = x.numel()",
-        f"fused{k}_kernel[(triton.cdiv(n, F{k}_BLOCK),)](",
-        f"    x, out, {args}n, BLOCK=F{k}_BLOCK{mode_kw}, num_warps=F{k}_WARPS",
+        "# rows as long as the first broadcast operand's run: it is read once per row",
+        f"runs = [a[1] if a[1] > 1 else a[2] for a in ({found}) if a[3] == 2]",
+        "L = runs[0] if runs and runs[0] >= 256 else n",
+        *layouts(kernel, "L, 0, 0, L", "L, 0, 0, L"),
+        f"blocks = triton.cdiv(L, F{k}_BLOCK)",
+        f"fused{k}_kernel[(n // L * blocks,)](",
+        f"    x, out, {args}L, blocks, BLOCK=F{k}_BLOCK{mode_kw}, num_warps=F{k}_WARPS",
         ")",
         "return out",
     ]
@@ -236,7 +277,7 @@ def _reducing(k: int, kernel: Kernel) -> tuple[list[str], str]:
     )
     jit = f"\n@triton.jit\n{head}\n{rows}\n\n@triton.jit\n{cols_head}\n{cols}"
     lo, hi = kernel.axes[0], kernel.axes[-1] + 1
-    args, mode_kw = launch_args(kernel)
+    args, mode_kw = launch_args(kernel, "b")
     out = "x" if kernel.in_place else "torch.empty(out_shape, dtype=x.dtype, device=x.device)"
     body = [
         *_head(kernel),
@@ -249,11 +290,16 @@ def _reducing(k: int, kernel: Kernel) -> tuple[list[str], str]:
         *operand_prep(kernel),
         f"out = {out}",
         "if inner == 1:  # the reduced run is innermost: one program per row",
+        *("    " + line for line in layouts(kernel, "R, 0, 0, R", "0, 0, 0, 0")),
         f"    block = min(F{k}_ROW_BLOCK, max(16, triton.next_power_of_2(R)))",
         f"    fused{k}_rows[(outer,)](",
         f"        x, out, {args}R, BLOCK=block{mode_kw}, num_warps=F{k}_ROW_WARPS",
         "    )",
         "else:  # a tile of (reduced index, inner position) per program",
+        *(
+            "    " + line
+            for line in layouts(kernel, "R * inner, inner, R, inner", "inner, 0, 0, inner")
+        ),
         f"    block_r = min(F{k}_COL_BLOCK_R, max(16, triton.next_power_of_2(R)))",
         f"    block_i = min(F{k}_COL_BLOCK_I, max(16, triton.next_power_of_2(inner)))",
         f"    fused{k}_cols[(outer * triton.cdiv(inner, block_i),)](",
@@ -289,7 +335,7 @@ def _reduction_kernel(k: int, kernel: Kernel, *, cols: bool) -> str:
             "i = (pid % blocks) * BLOCK_I + tl.arange(0, BLOCK_I)",
             "rmask = (i < inner)[None, :]",
             "rflat = (o * inner + i)[None, :]",
-            *_reduced_loads(kernel, "rmask"),
+            *_reduced_loads(kernel, "rmask", "o, 0, i[None, :]"),
         ]
         loop = [
             "for start in range(0, R, BLOCK_R):",
@@ -301,7 +347,7 @@ def _reduction_kernel(k: int, kernel: Kernel, *, cols: bool) -> str:
         lines = [
             "o = tl.program_id(0).to(tl.int64)",
             "rflat = o",
-            *_reduced_loads(kernel, None),
+            *_reduced_loads(kernel, None, "o, 0, 0"),
         ]
         loop = [
             "for start in range(0, R, BLOCK):",
@@ -309,18 +355,20 @@ def _reduction_kernel(k: int, kernel: Kernel, *, cols: bool) -> str:
             "    mask = r < R",
             "    flat = o * R + r",
         ]
+    index = "o, r[:, None], i[None, :]" if cols else "o, 0, r"
     depths = _depths(kernel)
     for depth in range(1, max(depths) + 1):
         mine = [(i, r) for i, r in enumerate(kernel.reductions) if depths[i] == depth]
         lines += [line for i, r in mine for line in _init(i, r.kind, shape)]
-        lines += loop + ["    " + s for s in loads(kernel, [r.value for _, r in mine], "mask")]
+        values = [r.value for _, r in mine]
+        lines += loop + ["    " + s for s in loads(kernel, values, "mask", index)]
         for i, reduction in mine:
             computed = render(reduction.value, value)
             lines += ["    " + s for s in _accumulate(i, reduction.kind, computed)]
         lines += [line for i, r in mine for line in _finish(i, r.kind, keep)]
     y = render(kernel.out, value)
     if kernel.full:
-        lines += loop + ["    " + s for s in loads(kernel, [kernel.out], "mask")]
+        lines += loop + ["    " + s for s in loads(kernel, [kernel.out], "mask", index)]
         lines += [
             f"    y = {y}",
             "    tl.store(out_ptr + flat, y.to(out_ptr.dtype.element_ty), mask=mask)",
