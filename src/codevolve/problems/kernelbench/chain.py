@@ -27,6 +27,7 @@ always computes what the forward computes; :attr:`Chain.notes` says what was kep
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import functools
 import itertools
@@ -120,6 +121,8 @@ def read_chain(tree: ast.Module) -> Chain | None:
         reader.env[arg.arg] = (
             Scalar(reader.tables.param(arg.arg), arg.arg) if scalar else Tensor(arg.arg, local=True)
         )
+        if not scalar:
+            reader.locals.add(arg.arg)
     result = reader.run(body_statements(forward))
     signature = Forward(
         args_source=ast.unparse(args),
@@ -150,6 +153,10 @@ class ChainReader:
         self.guards: list[str] = []
         self.notes: list[str] = []
         self.materialized: dict[Pending, Tensor] = {}
+        # a call computed by a step of its own: its node's id -> (the node, kept alive, and
+        # the variable holding its result)
+        self.hoisted: dict[int, tuple[ast.expr, str]] = {}
+        self.locals: set[str] = set()  # the new forward's tensor variables
         self._names = itertools.count()
         self._ops = itertools.count()
         self.reducer = Reducer(self)
@@ -174,13 +181,13 @@ class ChainReader:
     def attempt(self, read: Callable[[], Value]) -> Value | str:
         """``read()``, or why not: the steps, names and guards it added are taken back."""
         steps, guards = len(self.steps), list(self.guards)
-        env, materialized = dict(self.env), dict(self.materialized)
+        env, materialized, hoisted = dict(self.env), dict(self.materialized), dict(self.hoisted)
         try:
             return read()
         except (NotFusable, NoTranslation) as why:
             del self.steps[steps:]
             self.guards[:] = guards
-            self.env, self.materialized = env, materialized
+            self.env, self.materialized, self.hoisted = env, materialized, hoisted
             return str(why) or type(why).__name__
 
     def _returned(self, expr: ast.expr) -> str:
@@ -219,8 +226,11 @@ class ChainReader:
         """``node`` as source with the forward's names as the new forward holds them; pending
         values it reads are computed first."""
         reads: set[str] = set()
-        renamer = _Renamer(self, reads)
-        renamed = renamer.visit(_copy(node))
+        memo: dict[int, object] = {}
+        copied = copy.deepcopy(node, memo)
+        # sub-expressions hoisted into steps of their own are read from their variables
+        hoisted = {id(memo[key]): name for key, (_, name) in self.hoisted.items() if key in memo}
+        renamed = _Renamer(self, reads, hoisted).visit(copied)
         return ast.unparse(renamed), frozenset(reads)
 
     def library(self, expr: ast.expr, source: str, reads: frozenset[str]) -> Value:
@@ -249,6 +259,7 @@ class ChainReader:
             arg, weight = product
         let = Let(f"{name} = {source}", name, reads, module, kind, arg, fresh, weight)
         self.steps.append(let)
+        self.locals.add(name)
         if isinstance(expr, ast.Call):
             rank = rank_of(renamed, ranks, self.attrs)
         else:  # arithmetic: the rank of the first tensor it reads (checked where it matters)
@@ -382,7 +393,10 @@ class ChainReader:
     def _hoisted(self, expr: ast.Call) -> Value:
         """A library call inside an expression: a step of its own, its result a tensor."""
         source, reads = self.rename(expr)
-        return self.library(expr, source, reads)
+        value = self.library(expr, source, reads)
+        if isinstance(value, Tensor | Opaque):
+            self.hoisted[id(expr)] = (expr, value.source)
+        return value
 
     def _lowered(self, expr: ast.Call, call: Call, name: str) -> Value:
         lower = LOWERINGS[name]
@@ -531,14 +545,13 @@ class ChainReader:
         if value.main.rank is None and not value.full:
             rank = None
         if kernel.ops < 2 and value.torch:
-            ranks = {v.source: v.rank for v in self.env.values() if isinstance(v, Tensor)}
-            reads = frozenset(
-                n.id for n in ast.walk(ast.parse(value.torch)) if isinstance(n, ast.Name)
-            ) & set(ranks)
+            names = {n.id for n in ast.walk(ast.parse(value.torch)) if isinstance(n, ast.Name)}
+            reads = frozenset(names & self.locals)
             self.steps.append(Let(f"{name} = {value.torch}", name, reads, fresh=True))
         else:
             self.steps.append(Launch(name, kernel))
         tensor = Tensor(name, rank=rank, local=True, fresh=True)
+        self.locals.add(name)
         self.materialized[value] = tensor
         for key, held in self.env.items():
             if held == value:
@@ -554,11 +567,21 @@ class ChainReader:
 
 
 class _Renamer(ast.NodeTransformer):
-    """The forward's names as the new forward holds them; pending values computed first."""
+    """The forward's names as the new forward holds them; pending values computed first;
+    sub-expressions already computed by a step of their own (``hoisted``, by node id) read
+    from its variable."""
 
-    def __init__(self, reader: ChainReader, reads: set[str]) -> None:
+    def __init__(self, reader: ChainReader, reads: set[str], hoisted: dict[int, str]) -> None:
         self.reader = reader
         self.reads = reads
+        self.hoisted = hoisted
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        name = self.hoisted.get(id(node))
+        if name is not None:
+            self.reads.add(name)
+            return ast.Name(name, ast.Load())
+        return super().visit(node)
 
     def visit_Name(self, node: ast.Name) -> ast.expr:
         value = self.reader.env.get(node.id)
@@ -588,14 +611,6 @@ def _transposed_product(call: ast.expr) -> tuple[str, str] | None:
     if inner is None or not dotted(inner).startswith("self.") or dotted(inner).count(".") != 1:
         return None
     return ast.unparse(a), dotted(inner)
-
-
-def _copy(node: ast.AST) -> ast.AST:
-    return ast.parse(ast.unparse(node)).body[0] if isinstance(node, ast.stmt) else _expr(node)
-
-
-def _expr(node: ast.AST) -> ast.AST:
-    return ast.parse(ast.unparse(node), mode="eval").body
 
 
 def _single_target(stmt: ast.stmt) -> str | None:
