@@ -7,9 +7,10 @@
 #   $KB_TESTS_TIMEOUT seconds (default 300).
 # - templates: bench/kb_templates_gpu.py (every template and rewrite against eager).
 # - set: `codevolve kernelbench` over $KB_DIR (default .kb: a KernelBench checkout's files, level1/
-#   inside; not in the repository), problems $KB_PROBLEMS, $KB_PROPOSALS proposals each, eager
-#   baseline, into the database $KB_DB (default $OUT/kb.sqlite; name a carried copy to continue a
-#   set), under timeout $KB_TIMEOUT seconds (default 400); the same command continues the set.
+#   inside; not in the repository), level $KB_LEVEL (default 1), problems $KB_PROBLEMS,
+#   $KB_PROPOSALS proposals each, baselines $KB_BASELINES (default eager), into the database $KB_DB
+#   (default $OUT/kb.sqlite; name a carried copy to continue a set), under timeout $KB_TIMEOUT
+#   seconds (default 400); the same command continues the set.
 # - groups: `set` for each group of $KB_GROUPS in turn (space-separated, e.g. "12,25 1-18"), most
 #   promising first, all within $KB_BUDGET seconds (default 540) and into one database; with
 #   $KB_DB_FROM (a carried copy of an earlier call's database) copied to $KB_DB first.
@@ -36,8 +37,8 @@ for step in "$@"; do
       ;;
     set)
       timeout ${KB_TIMEOUT:-400} python3 -m codevolve.services.cli kernelbench --dir "$KB_DIR" \
-        --level 1 --problems "${KB_PROBLEMS:-1-100}" --proposals "${KB_PROPOSALS:-8}" \
-        --baselines eager --judge-trials "${KB_TRIALS:-10}" --remeasure-samples 2 \
+        --level "${KB_LEVEL:-1}" --problems "${KB_PROBLEMS:-1-100}" --proposals "${KB_PROPOSALS:-8}" \
+        --baselines "${KB_BASELINES:-eager}" --judge-trials "${KB_TRIALS:-10}" --remeasure-samples 2 \
         --db "$KB_DB" --report "$OUT/kb.json" 2>&1 | tee "$OUT/set.log" | tail -60
       ;;
     groups)
