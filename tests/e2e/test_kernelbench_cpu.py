@@ -168,6 +168,7 @@ def test_a_best_that_is_the_initial_program_shows_one_figure_everywhere(tmp_path
     assert summary["score"] == picked
 
 
+@pytest.mark.timeout(900)
 def test_a_level2_set_fuses_tails_and_sums_a_linear_as_a_matrix_vector_product(
     tmp_path: Path,
 ) -> None:

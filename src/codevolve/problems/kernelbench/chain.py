@@ -581,7 +581,8 @@ class _Renamer(ast.NodeTransformer):
         if name is not None:
             self.reads.add(name)
             return ast.Name(name, ast.Load())
-        return super().visit(node)
+        visited: ast.AST = super().visit(node)
+        return visited
 
     def visit_Name(self, node: ast.Name) -> ast.expr:
         value = self.reader.env.get(node.id)

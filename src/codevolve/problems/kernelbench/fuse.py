@@ -43,13 +43,13 @@ def channel_bias(conv, rank):
 '''
 
 
-def plan(chain: Chain) -> Chain:
+def plan(chain: Chain, *, products: bool = True) -> Chain:
     """``chain`` with sums over a linear layer's features as matrix-vector products
-    (:mod:`codevolve.problems.kernelbench.matvec`), convolution biases moved into kernels and
-    kernels writing in place."""
+    (:mod:`codevolve.problems.kernelbench.matvec`; not with ``products`` False), convolution
+    biases moved into kernels and kernels writing in place."""
     steps = list(chain.steps)
     guards = list(chain.guards)
-    for target in [s.target for s in steps if isinstance(s, Launch)]:
+    for target in [s.target for s in steps if isinstance(s, Launch) and products]:
         index = next(i for i, s in enumerate(steps) if s.target == target)
         launch = steps[index]
         if isinstance(launch, Launch):

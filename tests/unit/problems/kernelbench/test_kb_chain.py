@@ -250,3 +250,14 @@ def test_launches_name_the_steps_they_bind() -> None:
     chain = chain_of(LINEAR_TAIL)
     assert [type(s).__name__ for s in chain.steps] == ["Let", "Launch"]
     assert isinstance(chain.steps[1], Launch) and chain.steps[1].target == "t_1"
+
+
+def test_fuse_skips_a_product_it_could_skip_only_some_of_the_time() -> None:
+    program = read_problem(FEATURE_SUM, name="1_Test").initial_program
+    parent = ProgramView(id="parent", source=program, score=1.0)
+    prompt = Prompt("job", "kernelbench", 0, 0, parent, (), {}, context="", text="")
+    answers = [
+        MUTATIONS["fuse"].propose(prompt, np.random.default_rng(seed)) or "" for seed in range(20)
+    ]
+    summed = sum("feature_sum(" in answer for answer in answers)
+    assert 0 < summed < 20  # the judge decides whether the reference's rounding allows it
