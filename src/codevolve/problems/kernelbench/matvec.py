@@ -9,9 +9,11 @@ in a chain: its one statistic a sum over the features of a map affine in the pro
 else. The statistic becomes ``feature_sum(...)`` in forward, and what the kernel computes after
 it, a kernel of its own over the small result (none when that is the sum itself).
 
-The sums are reordered (the judge's tolerance decides); ``feature_sum`` returns None, and forward
-falls back to the parent's, for an input that is not a matrix or a factor that is not one number
-or one value per feature.
+The sums are reordered, in float64 so that the difference from the reference is the reference's
+own fp32 rounding; the judge's tolerance decides (problem 14, with ``randn`` weights, misses it
+on a few rows even with the exact sums). ``feature_sum`` returns None, and forward falls back to
+the parent's, for an input that is not a matrix or a factor that is not one number or one value
+per feature.
 """
 
 from __future__ import annotations
@@ -48,12 +50,15 @@ def feature_sum(x, weight, bias, alpha, beta, mean, keep):
     if not isinstance(x, torch.Tensor) or x.ndim != 2 or x.dtype != weight.dtype:
         return None
     n = weight.shape[0]
-    a, c = per_feature(alpha, n, weight), per_feature(beta, n, weight)
+    # in float64: the sums are reordered, and the reference's own fp32 rounding is the
+    # difference the judge's tolerance has to take, not ours on top of it
+    w = weight.double()
+    a, c = per_feature(alpha, n, w), per_feature(beta, n, w)
     if a is None or c is None:
         return None
-    constant = c.sum() if bias is None else (a * bias).sum() + c.sum()
-    total = x @ (a @ weight) + constant
-    total = total / n if mean else total
+    constant = c.sum() if bias is None else (a * bias.double()).sum() + c.sum()
+    total = x.double() @ (a @ w) + constant
+    total = (total / n if mean else total).to(x.dtype)
     return total.unsqueeze(1) if keep else total
 '''
 
