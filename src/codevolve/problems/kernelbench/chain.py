@@ -219,6 +219,10 @@ class ChainReader:
 
     # -- naming --------------------------------------------------------------------------------
 
+    def op_id(self) -> int:
+        """A new id for one eager operation (a pending value counts those it stands for)."""
+        return next(self._ops)
+
     def fresh_name(self) -> str:
         return f"{self.prefix}{next(self._names)}"
 
@@ -472,7 +476,7 @@ class ChainReader:
             reduced=level.reduced,
             present=level.present,
             group=next(iter(groups), ()),
-            ops=ops | {next(self._ops)},
+            ops=ops | {self.op_id()},
             torch=torch_source,
         )
 

@@ -12,28 +12,47 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from codevolve.problems.kernelbench.calls import Call, bind, canonical_call, constant_value, dotted
+from codevolve.problems.kernelbench.chain_modules import Attributes
 from codevolve.problems.kernelbench.chain_values import (
     NotFusable,
     Pending,
     Reduction,
+    Tables,
     Tensor,
     Value,
 )
 from codevolve.problems.kernelbench.rows import values_of
 from codevolve.problems.kernelbench.tree import Const, Count, op
 
-if TYPE_CHECKING:
-    from codevolve.problems.kernelbench.chain import ChainReader
+
+class Reading(Protocol):
+    """What a reduction needs of the chain reader (:class:`~codevolve.problems.kernelbench.
+    chain.ChainReader`)."""
+
+    attrs: Attributes
+    tables: Tables
+    guards: list[str]
+
+    def value(self, expr: ast.expr) -> Value: ...
+
+    def start(self, tensor: Tensor) -> Pending: ...
+
+    def materialize(self, value: Pending) -> Tensor: ...
+
+    def rename(self, node: ast.AST) -> tuple[str, frozenset[str]]: ...
+
+    def op_id(self) -> int: ...
+
 
 _KINDS = {"sum": "sum", "mean": "sum", "amax": "max", "amin": "min", "max": "max", "min": "min"}
 _KINDS["logsumexp"] = "lse"
 
 
 class Reducer:
-    def __init__(self, reader: ChainReader) -> None:
+    def __init__(self, reader: Reading) -> None:
         self.reader = reader
 
     # -- what a call is --------------------------------------------------------------------------
@@ -150,7 +169,7 @@ class Reducer:
         axes = self.axes(dims, value)
         live = tuple(a for a in axes if a not in value.reduced)
         present = value.present if keepdim else tuple(a for a in value.present if a not in axes)
-        op_id = next(self.reader._ops)
+        op_id = self.reader.op_id()
         if not live:  # over dimensions of size 1: the values as they are
             return dataclasses.replace(value, present=present, ops=value.ops | {op_id}, torch="")
         if live != tuple(range(live[0], live[-1] + 1)):
@@ -177,7 +196,7 @@ class Reducer:
         finite, as torch's)."""
         value = self.pending(x)
         (axis,) = self.axes(dim, value)
-        op_id = next(self.reader._ops)
+        op_id = self.reader.op_id()
         v = value.node
         if axis in value.reduced:
             node = op("sub", v, v) if log else op("add", op("sub", v, v), Const(1.0))
