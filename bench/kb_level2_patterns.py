@@ -21,7 +21,8 @@ import re
 import sys
 from pathlib import Path
 
-from codevolve.problems.kernelbench.chain import Chain, Launch, Let, read_chain
+from codevolve.problems.kernelbench.chain import read_chain
+from codevolve.problems.kernelbench.chain_steps import Chain, Launch, Let
 from codevolve.problems.kernelbench.chain_values import Kernel
 from codevolve.problems.kernelbench.epilogue import with_epilogue
 from codevolve.problems.kernelbench.format import KernelProblemError, read_problem

@@ -5,23 +5,25 @@ transposed convolution) and then a tail of cheap operations: activations, arithm
 scalars and broadcast parameters, reductions along dimensions, softmax, residual additions. A
 kernel engineer keeps the library call for the heavy operator and computes the tail in one
 kernel. :func:`read_chain` reads ``ModelNew.forward`` (with ``ast``, never run) statement by
-statement into the steps of such a forward (:class:`Chain`):
+statement into the steps of such a forward (:class:`~codevolve.problems.kernelbench.chain_steps.
+Chain`):
 
 - a call the reader does not fuse (the heavy operator, a norm or pooling layer, a view, any call
-  it does not know) is a :class:`Let`: the statement as written, names renamed, after the values
-  it reads are computed;
+  it does not know; :mod:`codevolve.problems.kernelbench.chain_calls` says which it fuses) is a
+  ``Let``: the statement as written, names renamed, after the values it reads are computed;
 - elementwise operations (the lowerings of :mod:`codevolve.problems.kernelbench.lowerings`,
   activation modules included) and reductions (sum, mean, max, min, logsumexp over one run of
   dimensions, softmax and log-softmax over one, an adaptive average pool to one element) are
   pending (:mod:`codevolve.problems.kernelbench.chain_values`) until something else reads them;
-  then they become one :class:`Launch` of a fused kernel, or the one torch call they are when
-  they are only one operation (a kernel of one operation saves nothing);
+  then they become one ``Launch`` of a fused kernel, or the one torch call they are when they
+  are only one operation (a kernel of one operation saves nothing; a convolution's result counts
+  its bias, which the kernel will add);
 - exact simplifications on the way: a reduction over a dimension already reduced to size 1 is
   the identity (softmax there is ``x - x + 1``), ``clone``/``detach``/``contiguous`` and a
   dropout built with ``p = 0`` are the identity, ``x + x`` is ``2 * x``.
 
 Any statement it does not read (a tuple assignment, an ``if``) is kept as written, so the chain
-always computes what the forward computes; :attr:`Chain.notes` says what was kept and why.
+always computes what the forward computes; ``Chain.notes`` says what was kept and why.
 """
 
 from __future__ import annotations
@@ -32,21 +34,27 @@ import dataclasses
 import functools
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from codevolve.problems.kernelbench.calls import Call, bind, canonical_call, constant_value, dotted
+from codevolve.problems.kernelbench.calls import canonical_call, constant_value, dotted
+from codevolve.problems.kernelbench.chain_calls import Calls
 from codevolve.problems.kernelbench.chain_modules import (
     SCALAR_METHODS,
     Attributes,
-    activation_call,
     attributes,
     fresh_call,
     module_call,
     rank_of,
 )
 from codevolve.problems.kernelbench.chain_reduce import Reducer
+from codevolve.problems.kernelbench.chain_steps import (
+    Chain,
+    Launch,
+    Let,
+    Renamer,
+    Step,
+    transposed_product,
+)
 from codevolve.problems.kernelbench.chain_values import (
-    Kernel,
     NotFusable,
     Opaque,
     Operand,
@@ -60,49 +68,10 @@ from codevolve.problems.kernelbench.chain_values import (
 )
 from codevolve.problems.kernelbench.expressions import BINOPS
 from codevolve.problems.kernelbench.forward import Forward, body_statements, method, model_class
-from codevolve.problems.kernelbench.lowerings import FLAGS, LOWERINGS, NoTranslation, power
+from codevolve.problems.kernelbench.lowerings import NoTranslation, power
 from codevolve.problems.kernelbench.tree import Const, Node, op
 
 _SCALAR_TYPES = {"float", "int", "bool"}
-_IDENTITIES = ("clone", "detach", "contiguous")
-_ALIASES = {"multiply": "mul", "subtract": "sub", "divide": "div", "true_divide": "div"}
-
-
-@dataclass(frozen=True, slots=True)
-class Let:
-    """A statement of the new forward as written (names renamed)."""
-
-    text: str
-    target: str  # the variable it binds, "" for any other statement
-    reads: frozenset[str]  # the forward's tensor variables it reads
-    module: str = ""  # ``target = self.<module>(<arg>)``: the module attribute
-    kind: str = ""  # and its class (``Conv2d``, ``Linear``)
-    arg: str = ""  # and its one argument
-    fresh: bool = False  # it binds a new tensor, never a view of another
-    weight: str = ""  # a product ``arg @ weight.T`` (a Linear's or a matmul's): the weight
-    checked: bool = False  # it binds None for inputs it does not take: forward falls back
-
-
-@dataclass(frozen=True, slots=True)
-class Launch:
-    target: str
-    kernel: Kernel
-
-
-Step = Let | Launch
-
-
-@dataclass(frozen=True, slots=True)
-class Chain:
-    forward: Forward
-    steps: tuple[Step, ...]
-    result: str  # the returned expression
-    guards: tuple[str, ...]  # conditions the new forward checks first (assumed attribute values)
-    notes: tuple[str, ...]  # what was kept as written, and why
-
-    @property
-    def kernels(self) -> tuple[Kernel, ...]:
-        return tuple(s.kernel for s in self.steps if isinstance(s, Launch))
 
 
 def read_chain(tree: ast.Module) -> Chain | None:
@@ -160,6 +129,7 @@ class ChainReader:
         self._names = itertools.count()
         self._ops = itertools.count()
         self.reducer = Reducer(self)
+        self.calls = Calls(self, self.reducer)
 
     # -- statements -----------------------------------------------------------------------------
 
@@ -234,7 +204,7 @@ class ChainReader:
         copied = copy.deepcopy(node, memo)
         # sub-expressions hoisted into steps of their own are read from their variables
         hoisted = {id(memo[key]): name for key, (_, name) in self.hoisted.items() if key in memo}
-        renamed = _Renamer(self, reads, hoisted).visit(copied)
+        renamed = Renamer(self, reads, hoisted).visit(copied)
         return ast.unparse(renamed), frozenset(reads)
 
     def library(self, expr: ast.expr, source: str, reads: frozenset[str]) -> Value:
@@ -258,7 +228,7 @@ class ChainReader:
             module, kind, arg = found[0], found[1], ast.unparse(renamed.args[0])
         fresh = fresh_call(expr, self.attrs)
         weight = f"self.{module}.weight" if kind == "Linear" else ""
-        product = _transposed_product(renamed) if not module else None
+        product = transposed_product(renamed) if not module else None
         if product is not None:
             arg, weight = product
         let = Let(f"{name} = {source}", name, reads, module, kind, arg, fresh, weight)
@@ -293,7 +263,7 @@ class ChainReader:
         if isinstance(expr, ast.Subscript | ast.Attribute):
             return self.reducer.indexed(expr)
         if isinstance(expr, ast.Call):
-            return self._call(expr)
+            return self.calls.call(expr)
         raise NotFusable(type(expr).__name__)
 
     def _name(self, name: str) -> Value:
@@ -331,123 +301,13 @@ class ChainReader:
         right = self.value(expr.right)
         return self.combine(expr, [left, right], lambda n: op(name, n[0], n[1]))
 
-    def _call(self, expr: ast.Call) -> Value:
-        """A call: fused where the reader can, else a library step (the call as written)."""
-        call = canonical_call(expr)
-        found = module_call(expr, self.attrs)
-        outside = call is None or call.name == "tensor" or not self._reads_locals(expr)
-        if found is None and outside:
-            return self._outside(expr, call)
-        value = self.attempt(
-            lambda: self._module(expr, *found) if found is not None else self._fused(expr, call)
-        )
-        return value if not isinstance(value, str) else self._hoisted(expr)
-
-    def _fused(self, expr: ast.Call, call: Call | None) -> Value:
-        assert call is not None
-        if call.name in _IDENTITIES and len(call.args) == 1 and not call.keywords:
-            return self.value(call.args[0])
-        if call.name in ("min", "max", "minimum", "maximum") and self.reducer.is_pair(call):
-            return self._lowered(expr, call, "minimum" if "min" in call.name else "maximum")
-        reduced = self.reducer.call(expr, call)
-        if reduced is not None:
-            return reduced
-        name = _ALIASES.get(call.name, call.name)
-        if name in LOWERINGS:
-            return self._lowered(expr, call, name)
-        return self._hoisted(expr)
-
-    def _module(self, expr: ast.Call, attr: str, kind: str) -> Value:
-        if kind == "Identity" and len(expr.args) == 1:
-            return self.value(expr.args[0])
-        if (
-            kind.startswith("Dropout")
-            and len(expr.args) == 1
-            and _zero_dropout(self.attrs.modules[attr])
-        ):
-            return self.value(expr.args[0])
-        if kind == "AdaptiveAvgPool1d" or kind in ("AdaptiveAvgPool2d", "AdaptiveAvgPool3d"):
-            pooled = self.reducer.adaptive(expr, attr, kind)
-            if pooled is not None:
-                return pooled
-        functional = activation_call(expr, attr, self.attrs)
-        if functional is not None:
-            inplace = next((k.value for k in functional.keywords if k.arg == "inplace"), None)
-            if not (isinstance(inplace, ast.Constant) and inplace.value):
-                return self._fused(functional, canonical_call(functional))
-        raise NotFusable(f"self.{attr} ({kind})")
-
-    def _outside(self, expr: ast.Call, call: Call | None) -> Value:
-        """A call reading none of the forward's tensors: a scalar, or a tensor of the module's
-        (``self.subtract.view(1, -1, 1, 1, 1)``), evaluated in forward."""
-        if call is not None and call.name == "tensor" and call.args:
-            if set(call.keywords) - {"device"}:
-                raise NotFusable("torch.tensor with a dtype")
-            inner = self.value(call.args[0])
-            if isinstance(inner, Scalar):
-                return inner
-            raise NotFusable("torch.tensor of a tensor")
-        if any(isinstance(v, Tensor) for v in self._names_in(expr)):
-            return Tensor(self.rename(expr)[0])
-        if dotted(expr.func) in ("float", "int", "abs") or dotted(expr.func).startswith("math."):
-            source = self.rename(expr)[0]
-            return Scalar(self.tables.param(source), source)
-        raise NotFusable(ast.unparse(expr.func))
-
-    def _hoisted(self, expr: ast.Call) -> Value:
+    def hoist(self, expr: ast.Call) -> Value:
         """A library call inside an expression: a step of its own, its result a tensor."""
         source, reads = self.rename(expr)
         value = self.library(expr, source, reads)
         if isinstance(value, Tensor | Opaque):
             self.hoisted[id(expr)] = (expr, value.source)
         return value
-
-    def _lowered(self, expr: ast.Call, call: Call, name: str) -> Value:
-        lower = LOWERINGS[name]
-        bound = bind(call, lower.names, lower.defaults)
-        if not bound:
-            raise NotFusable(f"{call.name}'s arguments")
-        flags: dict[str, object] = {}
-        names: list[str] = []
-        values: list[Value] = []
-        for key, given in bound.items():
-            if key in FLAGS:
-                if given is not None and not isinstance(given, ast.Constant):
-                    raise NotFusable(f"{call.name}'s {key}")
-                if isinstance(given, ast.Constant):
-                    flags[key] = given.value
-                continue
-            if given is None:
-                continue
-            names.append(key)
-            values.append(self.value(given) if isinstance(given, ast.expr) else _number(given, key))
-        if flags.get("inplace"):
-            raise NotFusable("an in-place call")
-
-        def build(nodes: list[Node]) -> Node:
-            built = lower.build(dict(zip(names, nodes, strict=True)), flags)
-            if built is None:
-                raise NotFusable(f"{call.name} with these flags")
-            return built
-
-        return self.combine(expr, values, build)
-
-    def _reads_locals(self, expr: ast.expr) -> bool:
-        return any(isinstance(v, Tensor | Pending) and _local(v) for v in self._names_in(expr))
-
-    def _names_in(self, expr: ast.expr) -> list[Value]:
-        found: list[Value] = []
-        for node in ast.walk(expr):
-            if isinstance(node, ast.Name) and node.id in self.env:
-                found.append(self.env[node.id])
-            elif (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name)
-                and node.value.id == "self"
-                and node.attr in self.attrs.tensors
-            ):
-                found.append(Tensor(f"self.{node.attr}"))
-        return found
 
     # -- combining values -----------------------------------------------------------------------
 
@@ -570,54 +430,6 @@ class ChainReader:
         )
 
 
-class _Renamer(ast.NodeTransformer):
-    """The forward's names as the new forward holds them; pending values computed first;
-    sub-expressions already computed by a step of their own (``hoisted``, by node id) read
-    from its variable."""
-
-    def __init__(self, reader: ChainReader, reads: set[str], hoisted: dict[int, str]) -> None:
-        self.reader = reader
-        self.reads = reads
-        self.hoisted = hoisted
-
-    def visit(self, node: ast.AST) -> ast.AST:
-        name = self.hoisted.get(id(node))
-        if name is not None:
-            self.reads.add(name)
-            return ast.Name(name, ast.Load())
-        visited: ast.AST = super().visit(node)
-        return visited
-
-    def visit_Name(self, node: ast.Name) -> ast.expr:
-        value = self.reader.env.get(node.id)
-        if isinstance(node.ctx, ast.Store) or value is None:
-            return node
-        if isinstance(value, Pending):
-            value = self.reader.materialize(value)
-        if isinstance(value, Tensor):
-            if value.local:
-                self.reads.add(value.source)
-            return ast.parse(value.source, mode="eval").body
-        if isinstance(value, Scalar | Opaque) and value.source and value.source != node.id:
-            return ast.parse(value.source, mode="eval").body  # held elsewhere in the new forward
-        return node
-
-
-def _transposed_product(call: ast.expr) -> tuple[str, str] | None:
-    """``torch.matmul(a, self.w.T)`` (or ``mm``, ``.t()``): (a, "self.w")."""
-    found = canonical_call(call)
-    if found is None or found.name not in ("matmul", "mm") or len(found.args) != 2:
-        return None
-    a, b = found.args
-    inner = b.value if isinstance(b, ast.Attribute) and b.attr == "T" else None
-    bound = canonical_call(b)
-    if bound is not None and bound.name == "t" and len(bound.args) == 1 and not bound.keywords:
-        inner = bound.args[0]
-    if inner is None or not dotted(inner).startswith("self.") or dotted(inner).count(".") != 1:
-        return None
-    return ast.unparse(a), dotted(inner)
-
-
 def _single_target(stmt: ast.stmt) -> str | None:
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
         target = stmt.targets[0]
@@ -626,22 +438,3 @@ def _single_target(stmt: ast.stmt) -> str | None:
     else:
         return None
     return target.id if isinstance(target, ast.Name) else None
-
-
-def _local(value: Value) -> bool:
-    return isinstance(value, Pending) or (isinstance(value, Tensor) and value.local)
-
-
-def _number(value: object, name: str) -> Scalar:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise NotFusable(f"argument {name}")
-    return Scalar(Const(float(value)), repr(value))
-
-
-def _zero_dropout(built: ast.Call) -> bool:
-    given = (
-        built.args[0]
-        if built.args
-        else next((k.value for k in built.keywords if k.arg == "p"), None)
-    )
-    return given is not None and constant_value(given) == 0.0

@@ -12,40 +12,18 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from typing import Protocol
 
 from codevolve.problems.kernelbench.calls import Call, bind, canonical_call, constant_value, dotted
-from codevolve.problems.kernelbench.chain_modules import Attributes
 from codevolve.problems.kernelbench.chain_values import (
     NotFusable,
     Pending,
+    Reading,
     Reduction,
-    Tables,
     Tensor,
     Value,
 )
 from codevolve.problems.kernelbench.rows import values_of
 from codevolve.problems.kernelbench.tree import Const, Count, op
-
-
-class Reading(Protocol):
-    """What a reduction needs of the chain reader (:class:`~codevolve.problems.kernelbench.
-    chain.ChainReader`)."""
-
-    attrs: Attributes
-    tables: Tables
-    guards: list[str]
-
-    def value(self, expr: ast.expr) -> Value: ...
-
-    def start(self, tensor: Tensor) -> Pending: ...
-
-    def materialize(self, value: Pending) -> Tensor: ...
-
-    def rename(self, node: ast.AST) -> tuple[str, frozenset[str]]: ...
-
-    def op_id(self) -> int: ...
-
 
 _KINDS = {"sum": "sum", "mean": "sum", "amax": "max", "amin": "min", "max": "max", "min": "min"}
 _KINDS["logsumexp"] = "lse"

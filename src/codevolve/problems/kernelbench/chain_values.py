@@ -22,10 +22,13 @@ fall back to the parent's.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from codevolve.problems.kernelbench.chain_modules import Attributes
 from codevolve.problems.kernelbench.tree import Const, Input, Node, Op, Param, Stat
 
 
@@ -252,3 +255,31 @@ _FOLD: dict[str, Callable[..., float]] = {
     "min": min,
     "neg": lambda a: -a,
 }
+
+
+class Reading(Protocol):
+    """What the readers of calls and reductions need of the chain reader
+    (:class:`~codevolve.problems.kernelbench.chain.ChainReader`)."""
+
+    attrs: Attributes
+    tables: Tables
+    guards: list[str]
+    env: dict[str, Value]
+
+    def attempt(self, read: Callable[[], Value]) -> Value | str: ...
+
+    def combine(
+        self, expr: ast.expr, values: list[Value], build: Callable[[list[Node]], Node]
+    ) -> Value: ...
+
+    def hoist(self, expr: ast.Call) -> Value: ...
+
+    def value(self, expr: ast.expr) -> Value: ...
+
+    def start(self, tensor: Tensor) -> Pending: ...
+
+    def materialize(self, value: Pending) -> Tensor: ...
+
+    def rename(self, node: ast.AST) -> tuple[str, frozenset[str]]: ...
+
+    def op_id(self) -> int: ...

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from codevolve.problems.kernelbench.chain import Chain, Launch, Let, Step
+from codevolve.problems.kernelbench.chain_steps import Chain, Launch, Let, Step
 from codevolve.problems.kernelbench.chain_values import Kernel
 from codevolve.problems.kernelbench.fused_template import (
     launch_args,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from codevolve.problems.kernelbench.chain import Chain, Launch, Let, Step
+from codevolve.problems.kernelbench.chain_steps import Chain, Launch, Let, Step
 from codevolve.problems.kernelbench.chain_values import Kernel, Operand, Reduction, substitute
 from codevolve.problems.kernelbench.fused_template import SHARED, call, kernel_text
 from codevolve.problems.kernelbench.matvec import FEATURE_SUM, matvec

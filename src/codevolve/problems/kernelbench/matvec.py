@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from codevolve.problems.kernelbench.chain import Launch, Let, Step
+from codevolve.problems.kernelbench.chain_steps import Launch, Let, Step
 from codevolve.problems.kernelbench.chain_values import (
     Kernel,
     Operand,

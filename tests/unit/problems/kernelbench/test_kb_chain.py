@@ -12,7 +12,8 @@ import pytest
 
 from codevolve.core.kernel_rules import check_model_new
 from codevolve.core.prompt import ProgramView, Prompt
-from codevolve.problems.kernelbench.chain import Chain, Launch, Let, read_chain
+from codevolve.problems.kernelbench.chain import read_chain
+from codevolve.problems.kernelbench.chain_steps import Chain, Launch, Let
 from codevolve.problems.kernelbench.chain_values import simplify
 from codevolve.problems.kernelbench.format import read_problem
 from codevolve.problems.kernelbench.fuse import plan
