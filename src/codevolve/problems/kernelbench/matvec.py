@@ -9,8 +9,9 @@ in a chain: its one statistic a sum over the features of a map affine in the pro
 else. The statistic becomes ``feature_sum(...)`` in forward, and what the kernel computes after
 it, a kernel of its own over the small result (none when that is the sum itself).
 
-The sums are reordered, in float64 so that the difference from the reference is the reference's
-own fp32 rounding; the judge's tolerance decides (problem 14, with ``randn`` weights, misses it
+The sums are reordered, in fp32 sums of 64 terms added in float64: about the exact sums, so that
+the difference from the reference is the reference's own fp32 rounding; the judge's tolerance
+decides (problem 14, with ``randn`` weights, misses it
 on a few rows even with the exact sums). ``feature_sum`` returns None, and forward falls back to
 the parent's, for an input that is not a matrix or a factor that is not one number or one value
 per feature.
@@ -42,22 +43,42 @@ def per_feature(v, n, like):
     return None
 
 
+def chunk_size(length):
+    return 64 if length % 64 == 0 else length
+
+
+def weighted_rows(a, weight):
+    """a @ weight: rows summed 64 at a time in the weight's dtype, those sums in float64."""
+    n, k = weight.shape
+    c = chunk_size(n)
+    return torch.matmul(a.view(n // c, 1, c), weight.view(n // c, c, k)).double().sum(0).view(k)
+
+
+def row_dots(x, v):
+    """x @ v: products summed 64 at a time in x's dtype, those sums in float64."""
+    m, k = x.shape
+    c = chunk_size(k)
+    parts = torch.matmul(x.view(m, k // c, c).transpose(0, 1), v.view(k // c, c, 1))
+    return parts.double().sum(0).view(m)
+
+
 def feature_sum(x, weight, bias, alpha, beta, mean, keep):
     """sum_j alpha_j * (x @ weight.T + bias)_j + beta_j over the features j, as
     x @ (alpha @ weight) + sum_j (alpha_j * bias_j + beta_j): no matrix product (divided by the
     feature count for a mean; the feature dimension kept with keep); None for inputs it does
-    not take."""
+    not take. Sums of 64 terms in fp32 added in float64: about the exact sums, at fp32 cost."""
     if not isinstance(x, torch.Tensor) or x.ndim != 2 or x.dtype != weight.dtype:
         return None
     n = weight.shape[0]
-    # in float64: the sums are reordered, and the reference's own fp32 rounding is the
-    # difference the judge's tolerance has to take, not ours on top of it
-    w = weight.double()
-    a, c = per_feature(alpha, n, w), per_feature(beta, n, w)
+    a, c = per_feature(alpha, n, weight), per_feature(beta, n, weight)
     if a is None or c is None:
         return None
-    constant = c.sum() if bias is None else (a * bias.double()).sum() + c.sum()
-    total = x.double() @ (a @ w) + constant
+    constant = c.double().sum()
+    if bias is not None:
+        constant = constant + (a.double() * bias.double()).sum()
+    summed = weighted_rows(a.contiguous(), weight.contiguous())
+    total = row_dots(x.contiguous(), summed.to(x.dtype))
+    total = total + constant
     total = (total / n if mean else total).to(x.dtype)
     return total.unsqueeze(1) if keep else total
 '''
