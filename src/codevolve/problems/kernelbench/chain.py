@@ -278,7 +278,7 @@ class ChainReader:
 
     def _attribute(self, attr: str) -> Value:
         if attr in self.attrs.tensors:
-            return Tensor(f"self.{attr}")
+            return Tensor(f"self.{attr}", rank=self.attrs.ranks.get(attr))
         if attr in self.attrs.scalars:
             return Scalar(self.tables.param(f"self.{attr}"), f"self.{attr}")
         raise NotFusable(f"self.{attr}")
@@ -379,6 +379,9 @@ class ChainReader:
             # broadcasts the reduced value onto it), which a kernel writing the reduced shape
             # cannot: that operation is left to torch
             raise NotFusable("a tensor of forward's with a reduced value")
+        rank = len(level.present) if level.reduced else frame.main.rank
+        if value.rank is not None and rank is not None and value.rank > rank:
+            raise NotFusable(f"{value.source} would widen the value to {value.rank} dimensions")
         present = level.present if level.reduced else None
         return self.tables.slot(Operand(value.source, present))
 

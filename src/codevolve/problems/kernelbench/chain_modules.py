@@ -77,6 +77,7 @@ class Attributes:
     scalars: dict[str, str]  # attr -> the constructor argument (or literal) it is set from
     constants: dict[str, float]  # module-level numeric constants of the program
     init_args: frozenset[str] = field(default_factory=frozenset)
+    ranks: dict[str, int] = field(default_factory=dict)  # tensor attr -> its rank, where known
 
     def module_class(self, attr: str) -> str:
         call = self.modules.get(attr)
@@ -124,7 +125,39 @@ def attributes(tree: ast.Module, cls: ast.ClassDef) -> Attributes:
             for target in node.targets:
                 if isinstance(target, ast.Name) and value is not None:
                     constants[target.id] = value
-    return Attributes(modules, frozenset(tensors), scalars, constants, init_args)
+    shapes = {
+        target.id: len(node.value.elts)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple | ast.List)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    ranks = {a: r for a in tensors if (r := _made_rank(calls[a], shapes, constants)) is not None}
+    return Attributes(modules, frozenset(tensors), scalars, constants, init_args, ranks)
+
+
+def _made_rank(call: ast.Call, shapes: dict[str, int], numbers: dict[str, float]) -> int | None:
+    """The rank of the tensor ``nn.Parameter(torch.randn(shape))`` and the like make, where the
+    shape is written out or a module constant; None otherwise."""
+    kind = callee(call)
+    if kind in ("Parameter", "Buffer"):
+        inner = call.args[0] if call.args else None
+        return _made_rank(inner, shapes, numbers) if isinstance(inner, ast.Call) else None
+    if kind == "tensor" and call.args:
+        number = call.args[0]
+        scalar = constant_value(number) is not None
+        return 0 if scalar or (isinstance(number, ast.Name) and number.id in numbers) else None
+    if kind not in ("randn", "rand", "ones", "zeros", "empty", "full"):
+        return None
+    size = call.args[:1] if kind == "full" else call.args
+    if len(size) == 1 and isinstance(size[0], ast.Tuple | ast.List):
+        return len(size[0].elts)
+    if len(size) == 1 and isinstance(size[0], ast.Name) and size[0].id in shapes:
+        return shapes[size[0].id]
+    numeric = all(
+        constant_value(d) is not None or (isinstance(d, ast.Name) and d.id in numbers) for d in size
+    )
+    return len(size) if size and numeric and not call.keywords else None
 
 
 def _scalar_source(value: ast.expr, init_args: frozenset[str]) -> bool:

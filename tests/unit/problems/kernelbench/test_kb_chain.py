@@ -262,3 +262,20 @@ def test_fuse_skips_a_product_it_could_skip_only_some_of_the_time() -> None:
     ]
     summed = sum("feature_sum(" in answer for answer in answers)
     assert 0 < summed < 20  # the judge decides whether the reference's rounding allows it
+
+
+def test_a_parameter_that_would_widen_the_value_is_left_to_torch() -> None:
+    reference = problem(
+        "self.gemm = nn.Linear(8, 4)\nself.bias = nn.Parameter(torch.randn(bias_shape))",
+        """
+        x = self.gemm(x)
+        x = torch.min(x, dim=1, keepdim=True)[0]
+        return x + self.bias
+        """,
+        "batch_size = 2\nbias_shape = (1, 4, 1, 1)",
+        "torch.rand(batch_size, 8)",
+        "",
+    )
+    chain = chain_of(reference)
+    assert not chain.kernels  # the minimum alone, then the widening addition, both torch's
+    assert chain.result == "t_1 + self.bias"
