@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # KernelBench-format problems on a GPU machine: the figures of docs/results-kernelbench.md.
-#   bash bench/kb_gpu_run.sh STEP...   with STEP in setup tests templates set groups
+#   bash bench/kb_gpu_run.sh STEP...   with STEP in setup tests templates level2 set groups
 # Outputs land in $OUT (default ./gpu-out).
 # - setup: bench/gpu_device_run.sh's (the wheels of .whl/ into /tmp/site; see that script).
 # - tests: tests/gpu plus the KernelBench judge's tests, on the GPU, under timeout
 #   $KB_TESTS_TIMEOUT seconds (default 300).
 # - templates: bench/kb_templates_gpu.py (every template and rewrite against eager).
+# - level2: bench/kb_level2_gpu.py over $KB_DIR/level2 (each Level-2 file's fuse and epilogue
+#   children against eager) with $KB_L2_ARGS (e.g. "--problems 1-50 --compile"), under timeout
+#   $KB_L2_TIMEOUT seconds (default 540), into $OUT/level2.log.
 # - set: `codevolve kernelbench` over $KB_DIR (default .kb: a KernelBench checkout's files, level1/
 #   inside; not in the repository), level $KB_LEVEL (default 1), problems $KB_PROBLEMS,
 #   $KB_PROPOSALS proposals each, baselines $KB_BASELINES (default eager), into the database $KB_DB
@@ -34,6 +37,10 @@ for step in "$@"; do
     templates)
       timeout ${KB_TEMPLATES_TIMEOUT:-200} python3 bench/kb_templates_gpu.py 2>&1 \
         | tee "$OUT/templates.log"
+      ;;
+    level2)
+      timeout ${KB_L2_TIMEOUT:-540} python3 bench/kb_level2_gpu.py --dir "$KB_DIR/level2" \
+        ${KB_L2_ARGS:-} 2>&1 | tee "$OUT/level2.log" | tail -130
       ;;
     set)
       timeout ${KB_TIMEOUT:-400} python3 -m codevolve.services.cli kernelbench --dir "$KB_DIR" \
