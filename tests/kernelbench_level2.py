@@ -7,13 +7,16 @@ from __future__ import annotations
 import textwrap
 
 
-def problem(init: str, forward: str, constants: str, inputs: str, init_inputs: str) -> str:
-    """A problem file: ``init`` and ``forward`` are the bodies of Model's methods."""
+def problem(
+    init: str, forward: str, constants: str, inputs: str, init_inputs: str, args: str = "x"
+) -> str:
+    """A problem file: ``init`` and ``forward`` are the bodies of Model's methods, ``args``
+    forward's parameters."""
     return (
         "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
         f"    def __init__(self, {init_inputs}):\n        super(Model, self).__init__()\n"
         + textwrap.indent(textwrap.dedent(init).strip("\n"), "        ")
-        + "\n\n    def forward(self, x):\n"
+        + f"\n\n    def forward(self, {args}):\n"
         + textwrap.indent(textwrap.dedent(forward).strip("\n"), "        ")
         + "\n\n\n"
         + textwrap.dedent(constants).strip("\n")
@@ -110,4 +113,24 @@ FEATURE_SUM = problem(
     "batch_size = 16\nin_features = 40\nout_features = 24\nscaling_factor = 1.5",
     "torch.rand(batch_size, in_features)",
     "in_features, out_features, scaling_factor",
+)
+
+# Conv2d, then a per-channel bias, a 0-d parameter and a second input of the output's shape:
+# operands read by channel (once per row of the kernel), as one value, and element for element
+CONV_OPERANDS = problem(
+    """
+    self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+    self.bias = nn.Parameter(torch.randn(out_channels, 1, 1))
+    self.scale = nn.Parameter(torch.tensor(0.5))
+    """,
+    """
+    x = self.conv(x)
+    x = torch.relu(x + self.bias) * self.scale
+    return x + y
+    """,
+    "batch_size = 2\nin_channels = 3\nout_channels = 8\nheight = width = 18\nkernel_size = 3",
+    "torch.rand(batch_size, in_channels, height, width), "
+    "torch.rand(batch_size, out_channels, height - 2, width - 2)",
+    "in_channels, out_channels, kernel_size",
+    args="x, y",
 )

@@ -16,6 +16,7 @@ pytest.importorskip("triton")
 from tests.kb_judging import Judges  # noqa: E402
 from tests.kernelbench_level2 import (  # noqa: E402
     CONV_CHANNEL_MIN,
+    CONV_OPERANDS,
     FEATURE_SUM,
     LINEAR_TAIL,
     POOL_THEN_CHANNELS,
@@ -54,6 +55,7 @@ def fused(kind: str, reference: str) -> str:
         ("conv_channel_min", CONV_CHANNEL_MIN, {"aten.convolution"}),
         ("softmax_logsumexp", SOFTMAX_LOGSUMEXP, {"aten.addmm", "aten.native_group_norm"}),
         ("pool_then_channels", POOL_THEN_CHANNELS, {"aten.convolution"}),
+        ("conv_operands", CONV_OPERANDS, {"aten.convolution"}),
     ],
 )
 def test_fused_children_pass_the_judge_with_their_kernels_doing_the_tail(
@@ -150,7 +152,8 @@ def test_fused_kernels_compile_for_hopper(tmp_path: Path) -> None:
 
     cases = []
     children = [
-        (k, r) for r in (CONV_CHANNEL_MIN, SOFTMAX_LOGSUMEXP, POOL_THEN_CHANNELS) for k in ("fuse",)
+        ("fuse", r)
+        for r in (CONV_CHANNEL_MIN, SOFTMAX_LOGSUMEXP, POOL_THEN_CHANNELS, CONV_OPERANDS)
     ]
     children += [("fuse", LINEAR_TAIL), ("epilogue", LINEAR_TAIL), ("fuse", FEATURE_SUM)]
     for index, (kind, reference) in enumerate(children):
