@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import codevolve
+from tests.kernelbench_level2 import CONV_CHANNEL_MIN, FEATURE_SUM
 from tests.kernelbench_programs import SWISH
 
 pytest.importorskip("torch")
@@ -165,3 +166,34 @@ def test_a_best_that_is_the_initial_program_shows_one_figure_everywhere(tmp_path
     summary = json.loads(shown.stdout)
     assert summary["remeasure"]["confirmed"] == confirmed
     assert summary["score"] == picked
+
+
+@pytest.mark.timeout(900)
+def test_a_level2_set_fuses_tails_and_sums_a_linear_as_a_matrix_vector_product(
+    tmp_path: Path,
+) -> None:
+    level = tmp_path / "KernelBench" / "level2"
+    level.mkdir(parents=True)
+    # a product large enough that skipping it shows on a busy CPU, and after the sum only
+    # operations over a dimension of size one (none left to a kernel in the interpreter)
+    wide = FEATURE_SUM.replace("in_features = 40", "in_features = 2048")
+    wide = wide.replace("out_features = 24", "out_features = 4096")
+    wide = wide.replace("batch_size = 16", "batch_size = 128")
+    wide = wide.replace(
+        "return x * self.scaling_factor", "return torch.logsumexp(x, dim=1, keepdim=True)"
+    )
+    (level / "14_Gemm_Divide_Sum_Scaling.py").write_text(wide)
+    (level / "25_Conv2d_Min.py").write_text(CONV_CHANNEL_MIN)
+    report = tmp_path / "set.json"
+    outcome = codevolve(
+        "kernelbench", "--dir", str(tmp_path / "KernelBench"), "--level", "2",
+        "--problems", "1-99", "--proposals", "3", "--db", str(tmp_path / "kb.sqlite"),
+        "--report", str(report), *JUDGE, timeout=900,
+    )  # fmt: skip
+    assert outcome.returncode == 0, outcome.stderr
+    rows = {row["problem"]: row for row in json.loads(report.read_text())["rows"]}
+    summed = rows["14_Gemm_Divide_Sum_Scaling"]
+    assert summed["correct"] and "feature_sum(" in summed["best_source"], summed
+    assert summed["speedup_eager"] > 3, summed  # no matrix product left: tens of times
+    fused = rows["25_Conv2d_Min"]  # correct; whether the kernel wins on a CPU is not asked
+    assert fused["correct"], fused

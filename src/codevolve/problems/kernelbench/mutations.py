@@ -12,6 +12,11 @@
   search and the channels-last layout
   (:mod:`codevolve.problems.kernelbench.model_cudnn`); its forward kept whole as
   ``forward_torch``.
+- ``fuse``: a Level-2 forward (a heavy library call, then elementwise operations and
+  reductions) read as a chain (:mod:`codevolve.problems.kernelbench.chain`): library calls kept,
+  each tail one fused Triton kernel (:mod:`codevolve.problems.kernelbench.fuse`).
+- ``epilogue``: the same with a linear layer and its elementwise tail as one Triton matrix
+  product (:mod:`codevolve.problems.kernelbench.epilogue`), the alternative to cuBLAS's.
 - ``rewrite``: one pure-torch rewrite of the returned expression
   (:mod:`codevolve.problems.kernelbench.rewrites`: ``torch.diag(a) @ B`` as a broadcast product,
   ``torch.max(x, dim)[0]`` as ``amax``, the cat/narrow exclusive cumsum as ``cumsum(x) - x``, an
@@ -35,6 +40,8 @@ from codevolve.core.diff import Hunk, unique_line_hunk
 from codevolve.core.evolve_block import layout
 from codevolve.core.problem import Mutation, TreeEdit, TreeMutation
 from codevolve.core.prompt import Prompt
+from codevolve.problems.kernelbench.chain import read_chain
+from codevolve.problems.kernelbench.epilogue import with_epilogue
 from codevolve.problems.kernelbench.forward import (
     Forward,
     body_statements,
@@ -42,6 +49,7 @@ from codevolve.problems.kernelbench.forward import (
     model_class,
     signature,
 )
+from codevolve.problems.kernelbench.fuse import fused_template, plan
 from codevolve.problems.kernelbench.model_cudnn import model_template, read_conv_net
 from codevolve.problems.kernelbench.patterns import recognise
 from codevolve.problems.kernelbench.rewrites import replace, rewrites
@@ -54,8 +62,16 @@ from codevolve.problems.kernelbench.template_text import (
 )
 from codevolve.problems.kernelbench.templates import templates_for
 
-KIND_WEIGHTS = {"template": 3.0, "model": 2.0, "rewrite": 2.0, "tune": 3.0}
+KIND_WEIGHTS = {
+    "template": 3.0,
+    "fuse": 3.0,
+    "epilogue": 2.0,
+    "model": 2.0,
+    "rewrite": 2.0,
+    "tune": 3.0,
+}
 JUMP_SHARE = 0.25  # how often tune jumps to any listed value instead of a neighbour
+MATVEC_SHARE = 0.5  # how often fuse keeps a product it could skip (matvec.py)
 _TUNABLE = re.compile(
     r"^(?P<name>[A-Z_][A-Z0-9_]*) = (?P<value>-?\d+)\s+# tune: (?P<values>[-\d|]+)$"
 )
@@ -112,6 +128,40 @@ def model(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | Non
         return None
     built = model_template(net, found, channels_last=bool(rng.integers(2)))
     return _class_hunk(source, cls, built, found)
+
+
+def fuse(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | None:
+    """A Level-2 forward (a library call and its tail) as library calls and fused kernels
+    (:mod:`codevolve.problems.kernelbench.chain`); None where no kernel would be worth one. Where
+    a sum over a linear layer's features can skip the product, it does so half the time: the
+    sum's order changes, and the judge decides whether the reference's rounding allows it."""
+    cls = model_class(tree)
+    if cls is None or _holds_template(source) or method(cls, FALLBACK_METHOD):
+        return None
+    if recognise(tree) is not None:  # a Level-1 pattern: ``template`` proposes its kernel
+        return None
+    chain = read_chain(tree)
+    if chain is None or not chain.kernels:
+        return None
+    planned = plan(chain)
+    if planned != plan(chain, products=False) and rng.random() < MATVEC_SHARE:
+        planned = plan(chain, products=False)
+    return _class_hunk(source, cls, fused_template(planned), chain.forward)
+
+
+def epilogue(source: str, tree: ast.Module, rng: np.random.Generator) -> Hunk | None:
+    """The ``fuse`` proposal with a linear layer and its elementwise tail as one Triton matrix
+    product (:mod:`codevolve.problems.kernelbench.epilogue`); None where there is no such pair."""
+    del rng
+    cls = model_class(tree)
+    if cls is None or _holds_template(source) or method(cls, FALLBACK_METHOD):
+        return None
+    chain = read_chain(tree) if recognise(tree) is None else None
+    found = with_epilogue(chain) if chain is not None else None
+    if found is None:
+        return None
+    built = fused_template(plan(found.chain), found.tunables, found.text, found.kernel)
+    return _class_hunk(source, cls, built, found.chain.forward)
 
 
 def _class_hunk(source: str, cls: ast.ClassDef, built: Template, signature: Forward) -> Hunk | None:
@@ -233,6 +283,8 @@ def kernel_mutations() -> tuple[Mutation, ...]:
         for kind, edit in (
             ("template", template),
             ("model", model),
+            ("fuse", fuse),
+            ("epilogue", epilogue),
             ("rewrite", rewrite),
             ("tune", tune),
         )

@@ -397,7 +397,7 @@ SUM_OVER_TWO_DIMS = program("sum_dims", "x", "return torch.sum(x, dim=(1, 2))")
 
 
 def test_nothing_applies_to_an_unrecognised_forward() -> None:
-    for kind in ("template", "rewrite", "tune"):
+    for kind in ("template", "fuse", "epilogue", "rewrite", "tune"):
         assert MUTATIONS[kind].propose(prompt(CONVOLUTION), np.random.default_rng(0)) is None
     # a reduction over several dimensions is not a row reduction
     assert (
