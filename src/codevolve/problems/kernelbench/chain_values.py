@@ -161,15 +161,7 @@ def kernel_of(value: Pending, tables: Tables) -> Kernel:
     stat_of = {s: i for i, s in enumerate(stat_order)}
 
     def renumber(node: Node) -> Node:
-        if isinstance(node, Input):
-            return Input(slot_of[node.slot])
-        if isinstance(node, Param):
-            return Param(param_of[node.slot])
-        if isinstance(node, Stat):
-            return Stat(stat_of[node.index])
-        if isinstance(node, Op):
-            return Op(node.name, tuple(renumber(a) for a in node.args))
-        return node
+        return _renumbered(node, slot_of, param_of, stat_of)
 
     reductions = tuple(
         Reduction(tables.stats[i][0].kind, renumber(tables.stats[i][0].value)) for i in stat_order
@@ -188,6 +180,22 @@ def kernel_of(value: Pending, tables: Tables) -> Kernel:
     )
 
 
+def _renumbered(
+    node: Node, slot_of: dict[int, int], param_of: dict[int, int], stat_of: dict[int, int]
+) -> Node:
+    """``node`` with its inputs, parameters and statistics renumbered by the three maps (a
+    statistic not in ``stat_of`` keeps its index)."""
+    if isinstance(node, Input):
+        return Input(slot_of[node.slot])
+    if isinstance(node, Param):
+        return Param(param_of[node.slot])
+    if isinstance(node, Stat):
+        return Stat(stat_of.get(node.index, node.index))
+    if isinstance(node, Op):
+        return Op(node.name, tuple(_renumbered(a, slot_of, param_of, stat_of) for a in node.args))
+    return node
+
+
 def compact(kernel: Kernel) -> Kernel:
     """``kernel`` without the operands and parameters it no longer reads, slots renumbered."""
     nodes = [kernel.out, *(r.value for r in kernel.reductions)]
@@ -198,13 +206,7 @@ def compact(kernel: Kernel) -> Kernel:
     param_of = {s: i for i, s in enumerate(params)}
 
     def renumber(node: Node) -> Node:
-        if isinstance(node, Input):
-            return Input(slot_of[node.slot])
-        if isinstance(node, Param):
-            return Param(param_of[node.slot])
-        if isinstance(node, Op):
-            return Op(node.name, tuple(renumber(a) for a in node.args))
-        return node
+        return _renumbered(node, slot_of, param_of, {})
 
     return dataclasses.replace(
         kernel,
